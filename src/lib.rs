@@ -1,2 +1,13 @@
-//! sw-outbox: an offline outbox for Progressive Web Apps, run as the site's service worker.
+//! sw-outbox: an offline outbox for Progressive Web Apps, run as the site's service
+//! worker.
+//!
+//! `core` and `protocol` are pure Rust (host-tested); `store` (IndexedDB) and `worker`
+//! (fetch, messages, events) are the browser shell and exist only on wasm32.
+
 pub mod core;
+pub mod protocol;
+
+#[cfg(target_arch = "wasm32")]
+pub mod store;
+#[cfg(target_arch = "wasm32")]
+pub mod worker;

@@ -1,1 +1,13 @@
-//! placeholder
+//! The outbox's policy, with no browser in it: what is intercepted, the record, the
+//! first attempt, who is signed in, how answers are read, what may be replayed and when.
+//! Everything here builds and is tested on the host (`cargo test`).
+
+pub mod answer;
+pub mod backoff;
+pub mod config;
+pub mod first_attempt;
+pub mod identity;
+pub mod key;
+pub mod planner;
+pub mod record;
+pub mod route;

@@ -1,0 +1,187 @@
+//! The `/__control/` routes (demo and test modes only) and the state they drive: the
+//! network switch, the fault rules and the requests log. The `applied` log lives in the
+//! store, written in the same transaction as the data change it describes.
+
+use crate::app::App;
+use crate::faults::{self, Fault, Rule, RuleSpec};
+use crate::http_util::{detail, json_response, parse_json, storage_error};
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use std::sync::{Mutex, MutexGuard};
+
+/// One `/api/` request as seen on arrival.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestEntry {
+    pub seq: u64,
+    pub method: String,
+    pub path: String,
+    pub key: Option<String>,
+    pub expected_account: Option<String>,
+    pub csrf: Option<String>,
+    pub user: Option<String>,
+    /// `None` while running, and forever when the connection was dropped or the client
+    /// gave up.
+    pub status: Option<u16>,
+}
+
+#[derive(Default)]
+struct Inner {
+    network_down: bool,
+    rules: Vec<Rule>,
+    requests: Vec<RequestEntry>,
+    next_seq: u64,
+}
+
+#[derive(Default)]
+pub struct Control {
+    inner: Mutex<Inner>,
+}
+
+impl Control {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn network_down(&self) -> bool {
+        self.lock().network_down
+    }
+
+    /// The fault for this request, if a rule hits it (counting the hit).
+    pub fn take_fault(&self, method: &str, path: &str) -> Option<Fault> {
+        faults::take(&mut self.lock().rules, method, path)
+    }
+
+    /// Appends to the requests log; returns the entry's `seq`.
+    pub fn log_request(&self, mut entry: RequestEntry) -> u64 {
+        let mut inner = self.lock();
+        inner.next_seq += 1;
+        entry.seq = inner.next_seq;
+        inner.requests.push(entry);
+        inner.next_seq
+    }
+
+    pub fn set_status(&self, seq: u64, status: u16) {
+        let mut inner = self.lock();
+        if let Some(e) = inner.requests.iter_mut().rev().find(|e| e.seq == seq) {
+            e.status = Some(status);
+        }
+    }
+
+    fn reset(&self) {
+        *self.lock() = Inner::default();
+    }
+}
+
+pub fn router() -> Router<App> {
+    Router::new()
+        .route("/__control/network", get(get_network).post(set_network))
+        .route("/__control/faults", get(get_faults).post(set_faults))
+        .route("/__control/applied", get(applied))
+        .route("/__control/requests", get(requests))
+        .route("/__control/reset", post(reset))
+        .fallback(|| async { detail(StatusCode::NOT_FOUND, "not_found") })
+        .layer(axum::middleware::from_fn(cors))
+}
+
+/// Lets a test page on another origin drive the server: every answer allows any origin, and
+/// preflights are answered here.
+async fn cors(req: Request, next: Next) -> Response {
+    let mut resp = if req.method() == Method::OPTIONS {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        next.run(req).await
+    };
+    let h = resp.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("content-type"));
+    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    h.insert("access-control-allow-private-network", HeaderValue::from_static("true"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+#[derive(Deserialize)]
+struct NetworkBody {
+    down: bool,
+}
+
+async fn get_network(State(app): State<App>) -> Response {
+    json_response(StatusCode::OK, json!({ "down": app.control.network_down() }))
+}
+
+async fn set_network(State(app): State<App>, body: Bytes) -> Response {
+    let parsed: NetworkBody = match parse_json(&body) {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
+    app.control.lock().network_down = parsed.down;
+    json_response(StatusCode::OK, json!({ "down": parsed.down }))
+}
+
+#[derive(Deserialize)]
+struct FaultsBody {
+    rules: Vec<RuleSpec>,
+}
+
+async fn get_faults(State(app): State<App>) -> Response {
+    let rules = app.control.lock().rules.clone();
+    json_response(StatusCode::OK, json!({ "rules": rules }))
+}
+
+async fn set_faults(State(app): State<App>, body: Bytes) -> Response {
+    let parsed: FaultsBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                json!({ "detail": "invalid_rules", "error": e.to_string() }),
+            )
+        }
+    };
+    let rules: Result<Vec<Rule>, String> = parsed.rules.into_iter().map(Rule::from_spec).collect();
+    match rules {
+        Ok(rules) => {
+            app.control.lock().rules = rules.clone();
+            json_response(StatusCode::OK, json!({ "rules": rules }))
+        }
+        Err(e) => json_response(
+            StatusCode::BAD_REQUEST,
+            json!({ "detail": "invalid_rules", "error": e }),
+        ),
+    }
+}
+
+async fn applied(State(app): State<App>) -> Response {
+    match app.store.applied() {
+        Ok(applied) => json_response(StatusCode::OK, json!({ "applied": applied })),
+        Err(e) => storage_error(e),
+    }
+}
+
+async fn requests(State(app): State<App>) -> Response {
+    let requests = app.control.lock().requests.clone();
+    json_response(StatusCode::OK, json!({ "requests": requests }))
+}
+
+async fn reset(State(app): State<App>) -> Response {
+    app.control.reset();
+    if let Err(e) = app.store.reset() {
+        return storage_error(e);
+    }
+    if let Err(e) = app.ledger.clear().await {
+        return storage_error(e);
+    }
+    json_response(StatusCode::OK, json!({ "ok": true }))
+}

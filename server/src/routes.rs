@@ -1,0 +1,191 @@
+//! The demo data routes: tasks per project (workspace-scoped writes, the outbox orders them
+//! per project) and notes (account-level writes, a barrier in the outbox's ordering).
+//!
+//! Handlers only see requests that the pipeline in [`crate::app`] let through: writes here
+//! are already signed in, CSRF-checked and claimed in the ledger when keyed.
+
+use crate::app::App;
+use crate::auth::CurrentSession;
+use crate::http_util::{detail, json_response, parse_json, storage_error};
+use crate::store::{Session, WriteInfo};
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+#[allow(clippy::result_large_err)]
+fn signed_in(current: CurrentSession) -> Result<Session, Response> {
+    current
+        .0
+        .ok_or_else(|| detail(StatusCode::UNAUTHORIZED, "not_signed_in"))
+}
+
+#[derive(Deserialize)]
+struct NewTask {
+    title: Value,
+}
+
+#[derive(Deserialize)]
+struct TaskPatch {
+    #[serde(default)]
+    title: Option<Value>,
+    #[serde(default)]
+    done: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct NewNote {
+    text: Value,
+}
+
+/// A non-empty string field, or 400: a malformed write must be a clean 4xx (which the
+/// outbox surfaces as `rejected`), never a half-applied change.
+#[allow(clippy::result_large_err)]
+fn text_field(v: Value) -> Result<String, Response> {
+    match v {
+        Value::String(s) if !s.trim().is_empty() => Ok(s),
+        _ => Err(detail(StatusCode::BAD_REQUEST, "invalid_body")),
+    }
+}
+
+pub async fn list_tasks(
+    State(app): State<App>,
+    Extension(current): Extension<CurrentSession>,
+    Path(pid): Path<String>,
+) -> Response {
+    let session = match signed_in(current) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match app.store.list_tasks(&session.user, &pid) {
+        Ok(tasks) => json_response(StatusCode::OK, json!({ "tasks": tasks })),
+        Err(e) => storage_error(e),
+    }
+}
+
+pub async fn create_task(
+    State(app): State<App>,
+    Extension(current): Extension<CurrentSession>,
+    Extension(info): Extension<WriteInfo>,
+    Path(pid): Path<String>,
+    body: Bytes,
+) -> Response {
+    let session = match signed_in(current) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let title = match parse_json::<NewTask>(&body).and_then(|b| text_field(b.title)) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    match app.store.create_task(&session.user, &pid, &title, &info) {
+        Ok(task) => {
+            let mut resp = (StatusCode::CREATED, axum::Json(&task)).into_response();
+            let location = format!("/api/projects/{}/tasks/{}", pid, task.id);
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                resp.headers_mut().insert(header::LOCATION, v);
+            }
+            resp
+        }
+        Err(e) => storage_error(e),
+    }
+}
+
+pub async fn update_task(
+    State(app): State<App>,
+    Extension(current): Extension<CurrentSession>,
+    Extension(info): Extension<WriteInfo>,
+    Path((pid, id)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let session = match signed_in(current) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Ok(id) = id.parse::<i64>() else {
+        return detail(StatusCode::NOT_FOUND, "not_found");
+    };
+    let patch: TaskPatch = match parse_json(&body) {
+        Ok(p) => p,
+        Err(r) => return r,
+    };
+    let title = match patch.title.map(text_field).transpose() {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    let done = match patch.done {
+        None => None,
+        Some(Value::Bool(b)) => Some(b),
+        Some(_) => return detail(StatusCode::BAD_REQUEST, "invalid_body"),
+    };
+    match app
+        .store
+        .update_task(&session.user, &pid, id, title.as_deref(), done, &info)
+    {
+        Ok(Some(task)) => json_response(StatusCode::OK, json!(task)),
+        Ok(None) => detail(StatusCode::NOT_FOUND, "not_found"),
+        Err(e) => storage_error(e),
+    }
+}
+
+pub async fn delete_task(
+    State(app): State<App>,
+    Extension(current): Extension<CurrentSession>,
+    Extension(info): Extension<WriteInfo>,
+    Path((pid, id)): Path<(String, String)>,
+) -> Response {
+    let session = match signed_in(current) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let Ok(id) = id.parse::<i64>() else {
+        return detail(StatusCode::NOT_FOUND, "not_found");
+    };
+    match app.store.delete_task(&session.user, &pid, id, &info) {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => detail(StatusCode::NOT_FOUND, "not_found"),
+        Err(e) => storage_error(e),
+    }
+}
+
+pub async fn list_notes(
+    State(app): State<App>,
+    Extension(current): Extension<CurrentSession>,
+) -> Response {
+    let session = match signed_in(current) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match app.store.list_notes(&session.user) {
+        Ok(notes) => json_response(StatusCode::OK, json!({ "notes": notes })),
+        Err(e) => storage_error(e),
+    }
+}
+
+pub async fn create_note(
+    State(app): State<App>,
+    Extension(current): Extension<CurrentSession>,
+    Extension(info): Extension<WriteInfo>,
+    body: Bytes,
+) -> Response {
+    let session = match signed_in(current) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let text = match parse_json::<NewNote>(&body).and_then(|b| text_field(b.text)) {
+        Ok(t) => t,
+        Err(r) => return r,
+    };
+    match app.store.create_note(&session.user, &text, &info) {
+        Ok(note) => (StatusCode::CREATED, axum::Json(note)).into_response(),
+        Err(e) => storage_error(e),
+    }
+}
+
+/// Unknown `/api/` paths answer JSON, so the worker's classification sees a normal 4xx.
+pub async fn not_found() -> Response {
+    detail(StatusCode::NOT_FOUND, "not_found")
+}

@@ -1,0 +1,322 @@
+//! SQLite storage of the demo data, the sessions and the `applied` log.
+//!
+//! One connection behind a mutex, shared with [`crate::ledger::SqliteLedger`]: the demo's
+//! load is tiny, `:memory:` databases exist only per connection, and every operation is a
+//! short synchronous transaction that never holds the lock across an `.await`.
+//!
+//! Each data change inserts its `applied` row in the same transaction, so the log is exactly
+//! the set of writes that changed data, in the order they did.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::Serialize;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+pub type StoreError = rusqlite::Error;
+
+/// The shared connection.
+#[derive(Clone)]
+pub struct Db(Arc<Mutex<Connection>>);
+
+impl Db {
+    /// Opens (creating if needed) the database. A file database uses WAL with
+    /// `synchronous=FULL`: a ledger claim must survive a crash once committed, or the
+    /// "claimed before the route runs" guarantee means nothing.
+    pub fn open(path: &str) -> Result<Db, StoreError> {
+        let conn = if path == ":memory:" {
+            Connection::open_in_memory()?
+        } else {
+            let conn = Connection::open(path)?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            conn
+        };
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        Ok(Db(Arc::new(Mutex::new(conn))))
+    }
+
+    /// The connection. A poisoned lock only means another request panicked mid-call; the
+    /// SQLite transaction it held was rolled back, so the connection is still consistent.
+    pub fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub sid: String,
+    pub user: String,
+    pub csrf: String,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    pub id: i64,
+    pub project_id: String,
+    pub title: String,
+    pub done: bool,
+    pub owner: String,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Note {
+    pub id: i64,
+    pub text: String,
+    pub owner: String,
+}
+
+/// What the `applied` log records about a write whose route ran.
+#[derive(Clone, Debug, Serialize)]
+pub struct Applied {
+    pub seq: i64,
+    pub user: String,
+    pub method: String,
+    pub path: String,
+    pub key: Option<String>,
+    pub body: String,
+}
+
+/// The request facts an `applied` row is made from (everything but `seq`).
+#[derive(Clone, Debug)]
+pub struct WriteInfo {
+    pub method: String,
+    pub path: String,
+    pub key: Option<String>,
+    pub body: String,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    db: Db,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS sessions (
+    sid TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    csrf TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner TEXT NOT NULL,
+    project TEXT NOT NULL,
+    title TEXT NOT NULL,
+    done INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS notes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    owner TEXT NOT NULL,
+    text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS applied (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_id TEXT NOT NULL,
+    method TEXT NOT NULL,
+    path TEXT NOT NULL,
+    idem_key TEXT,
+    body TEXT NOT NULL
+);
+";
+
+fn log_applied(conn: &Connection, user: &str, info: &WriteInfo) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO applied (user_id, method, path, idem_key, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![user, info.method, info.path, info.key, info.body],
+    )?;
+    Ok(())
+}
+
+fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Task> {
+    Ok(Task {
+        id: row.get(0)?,
+        owner: row.get(1)?,
+        project_id: row.get(2)?,
+        title: row.get(3)?,
+        done: row.get::<_, i64>(4)? != 0,
+    })
+}
+
+impl Store {
+    pub fn new(db: Db) -> Result<Store, StoreError> {
+        db.lock().execute_batch(SCHEMA)?;
+        Ok(Store { db })
+    }
+
+    pub fn create_session(&self, session: &Session) -> Result<(), StoreError> {
+        self.db.lock().execute(
+            "INSERT INTO sessions (sid, user_id, csrf) VALUES (?1, ?2, ?3)",
+            params![session.sid, session.user, session.csrf],
+        )?;
+        Ok(())
+    }
+
+    pub fn session(&self, sid: &str) -> Result<Option<Session>, StoreError> {
+        self.db
+            .lock()
+            .query_row(
+                "SELECT sid, user_id, csrf FROM sessions WHERE sid = ?1",
+                params![sid],
+                |row| {
+                    Ok(Session {
+                        sid: row.get(0)?,
+                        user: row.get(1)?,
+                        csrf: row.get(2)?,
+                    })
+                },
+            )
+            .optional()
+    }
+
+    pub fn delete_session(&self, sid: &str) -> Result<(), StoreError> {
+        self.db
+            .lock()
+            .execute("DELETE FROM sessions WHERE sid = ?1", params![sid])?;
+        Ok(())
+    }
+
+    pub fn create_task(
+        &self,
+        owner: &str,
+        project: &str,
+        title: &str,
+        info: &WriteInfo,
+    ) -> Result<Task, StoreError> {
+        let mut conn = self.db.lock();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT INTO tasks (owner, project, title) VALUES (?1, ?2, ?3)",
+            params![owner, project, title],
+        )?;
+        let id = tx.last_insert_rowid();
+        log_applied(&tx, owner, info)?;
+        tx.commit()?;
+        Ok(Task {
+            id,
+            project_id: project.to_owned(),
+            title: title.to_owned(),
+            done: false,
+            owner: owner.to_owned(),
+        })
+    }
+
+    pub fn list_tasks(&self, owner: &str, project: &str) -> Result<Vec<Task>, StoreError> {
+        let conn = self.db.lock();
+        let mut stmt = conn.prepare(
+            "SELECT id, owner, project, title, done FROM tasks
+             WHERE owner = ?1 AND project = ?2 ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![owner, project], task_from_row)?;
+        rows.collect()
+    }
+
+    /// Applies a partial update; `None` when the task does not exist for this owner and
+    /// project (nothing is logged then: nothing changed).
+    pub fn update_task(
+        &self,
+        owner: &str,
+        project: &str,
+        id: i64,
+        title: Option<&str>,
+        done: Option<bool>,
+        info: &WriteInfo,
+    ) -> Result<Option<Task>, StoreError> {
+        let mut conn = self.db.lock();
+        let tx = conn.transaction()?;
+        let changed = tx.execute(
+            "UPDATE tasks SET title = COALESCE(?4, title), done = COALESCE(?5, done)
+             WHERE id = ?1 AND owner = ?2 AND project = ?3",
+            params![id, owner, project, title, done.map(i64::from)],
+        )?;
+        if changed == 0 {
+            return Ok(None);
+        }
+        let task = tx.query_row(
+            "SELECT id, owner, project, title, done FROM tasks WHERE id = ?1",
+            params![id],
+            task_from_row,
+        )?;
+        log_applied(&tx, owner, info)?;
+        tx.commit()?;
+        Ok(Some(task))
+    }
+
+    /// `false` when the task does not exist for this owner and project.
+    pub fn delete_task(
+        &self,
+        owner: &str,
+        project: &str,
+        id: i64,
+        info: &WriteInfo,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.db.lock();
+        let tx = conn.transaction()?;
+        let changed = tx.execute(
+            "DELETE FROM tasks WHERE id = ?1 AND owner = ?2 AND project = ?3",
+            params![id, owner, project],
+        )?;
+        if changed == 0 {
+            return Ok(false);
+        }
+        log_applied(&tx, owner, info)?;
+        tx.commit()?;
+        Ok(true)
+    }
+
+    pub fn create_note(&self, owner: &str, text: &str, info: &WriteInfo) -> Result<Note, StoreError> {
+        let mut conn = self.db.lock();
+        let tx = conn.transaction()?;
+        tx.execute(
+            "INSERT INTO notes (owner, text) VALUES (?1, ?2)",
+            params![owner, text],
+        )?;
+        let id = tx.last_insert_rowid();
+        log_applied(&tx, owner, info)?;
+        tx.commit()?;
+        Ok(Note {
+            id,
+            text: text.to_owned(),
+            owner: owner.to_owned(),
+        })
+    }
+
+    pub fn list_notes(&self, owner: &str) -> Result<Vec<Note>, StoreError> {
+        let conn = self.db.lock();
+        let mut stmt = conn.prepare("SELECT id, text, owner FROM notes WHERE owner = ?1 ORDER BY id")?;
+        let rows = stmt.query_map(params![owner], |row| {
+            Ok(Note {
+                id: row.get(0)?,
+                text: row.get(1)?,
+                owner: row.get(2)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    pub fn applied(&self) -> Result<Vec<Applied>, StoreError> {
+        let conn = self.db.lock();
+        let mut stmt =
+            conn.prepare("SELECT seq, user_id, method, path, idem_key, body FROM applied ORDER BY seq")?;
+        let rows = stmt.query_map([], |row| {
+            Ok(Applied {
+                seq: row.get(0)?,
+                user: row.get(1)?,
+                method: row.get(2)?,
+                path: row.get(3)?,
+                key: row.get(4)?,
+                body: row.get(5)?,
+            })
+        })?;
+        rows.collect()
+    }
+
+    /// Deletes all data, sessions and the applied log, and restarts the id counters so a
+    /// test run after a reset sees the same ids as a fresh server.
+    pub fn reset(&self) -> Result<(), StoreError> {
+        self.db.lock().execute_batch(
+            "BEGIN;
+             DELETE FROM tasks; DELETE FROM notes; DELETE FROM applied; DELETE FROM sessions;
+             DELETE FROM sqlite_sequence WHERE name IN ('tasks', 'notes', 'applied');
+             COMMIT;",
+        )
+    }
+}

@@ -1,0 +1,185 @@
+//! The first attempt of a write (contract section 2): whose it is, which key it carries,
+//! and what the page is told when it could not go through.
+
+use super::config::Config;
+use super::key::{IdempotencyKey, KeyError};
+use super::record::RecordId;
+use serde_json::{json, Value};
+
+/// The account a write is bound to, captured before it is sent: the page's own
+/// `X-PM-Expected-Account`, else the session of the last `AUTH_SESSION`, else unknown.
+pub fn capture_owner(page_header: Option<&str>, session_user: Option<&str>) -> Option<String> {
+    page_header
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .or(session_user.filter(|s| !s.is_empty()))
+        .map(str::to_owned)
+}
+
+/// The record's key: the page's `Idempotency-Key` when it set one (it must have the
+/// key's shape, or the write is refused before it is sent), else a fresh one.
+pub fn choose_key(
+    page_header: Option<&str>,
+    mint: impl FnOnce() -> Option<IdempotencyKey>,
+) -> Result<IdempotencyKey, FirstAttemptRefusal> {
+    match page_header.map(str::trim) {
+        Some(k) => IdempotencyKey::parse(k).map_err(FirstAttemptRefusal::Key),
+        None => mint().ok_or(FirstAttemptRefusal::NoRandomness),
+    }
+}
+
+/// Why a write was refused before it was sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FirstAttemptRefusal {
+    #[error("{0}")]
+    Key(KeyError),
+    #[error("no cryptographic random source to mint an Idempotency-Key")]
+    NoRandomness,
+}
+
+/// Why a write that failed to go through could not be queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotQueued {
+    #[error("the request body is {len} bytes, over the outbox's limit of {max}")]
+    TooLarge { len: usize, max: u32 },
+    #[error("the outbox already holds its maximum of {max} queued writes")]
+    Full { max: u32 },
+    #[error("the write could not be stored on this device: {0}")]
+    Storage(String),
+}
+
+/// Whether a failed write may be queued at all, before storage is touched.
+pub fn check_queueable(body_len: usize, config: &Config) -> Result<(), NotQueued> {
+    if body_len > config.max_body_bytes as usize {
+        return Err(NotQueued::TooLarge {
+            len: body_len,
+            max: config.max_body_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// An answer the worker makes up for the page: a status and a JSON body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SyntheticAnswer {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl SyntheticAnswer {
+    /// The 202 a page gets once its write is committed to IndexedDB.
+    pub fn queued(id: RecordId, key: &IdempotencyKey) -> Self {
+        SyntheticAnswer {
+            status: 202,
+            body: json!({
+                "queued": true,
+                "id": id.0,
+                "idempotencyKey": key.as_str(),
+                "message": "Request queued for when you are back online",
+            }),
+        }
+    }
+
+    /// A write that is not stored: 413, 507 or 503, never claimed queued.
+    pub fn not_queued(why: &NotQueued) -> Self {
+        let status = match why {
+            NotQueued::TooLarge { .. } => 413,
+            NotQueued::Full { .. } => 507,
+            NotQueued::Storage(_) => 503,
+        };
+        SyntheticAnswer {
+            status,
+            body: json!({"queued": false, "error": why.to_string()}),
+        }
+    }
+
+    /// A write refused before it was sent (a page key of the wrong shape).
+    pub fn refused(why: &FirstAttemptRefusal) -> Self {
+        let status = match why {
+            FirstAttemptRefusal::Key(_) => 400,
+            FirstAttemptRefusal::NoRandomness => 503,
+        };
+        SyntheticAnswer {
+            status,
+            body: json!({"queued": false, "error": why.to_string()}),
+        }
+    }
+
+    /// A read (or auth request) whose network failed.
+    pub fn offline() -> Self {
+        SyntheticAnswer {
+            status: 503,
+            body: json!({"error": "offline"}),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_prefers_the_page_header_then_the_session() {
+        assert_eq!(capture_owner(Some("bob"), Some("alice")).as_deref(), Some("bob"));
+        assert_eq!(capture_owner(None, Some("alice")).as_deref(), Some("alice"));
+        assert_eq!(capture_owner(Some("  "), Some("alice")).as_deref(), Some("alice"));
+        assert_eq!(capture_owner(None, None), None);
+        assert_eq!(capture_owner(None, Some("")), None);
+    }
+
+    #[test]
+    fn page_keys_are_kept_or_refused_and_absent_keys_minted() {
+        let page = "client-key-0123456789abcdef";
+        let k = choose_key(Some(page), || panic!("must not mint")).expect("kept");
+        assert_eq!(k.as_str(), page);
+        assert!(matches!(
+            choose_key(Some("bad key"), IdempotencyKey::mint_opt),
+            Err(FirstAttemptRefusal::Key(_))
+        ));
+        let minted = choose_key(None, IdempotencyKey::mint_opt).expect("minted");
+        assert_eq!(minted.as_str().len(), 36);
+        assert_eq!(
+            choose_key(None, || None),
+            Err(FirstAttemptRefusal::NoRandomness)
+        );
+    }
+
+    #[test]
+    fn bodies_over_the_limit_are_not_queueable() {
+        let c = Config::default();
+        assert!(check_queueable(1024 * 1024, &c).is_ok());
+        assert_eq!(
+            check_queueable(1024 * 1024 + 1, &c),
+            Err(NotQueued::TooLarge {
+                len: 1_048_577,
+                max: 1_048_576
+            })
+        );
+    }
+
+    #[test]
+    fn synthetic_answers_have_the_contracts_shape() {
+        let key = IdempotencyKey::parse("abcdefghijklmnopqrstuvwxyz").expect("valid");
+        let a = SyntheticAnswer::queued(RecordId(7), &key);
+        assert_eq!(a.status, 202);
+        assert_eq!(a.body["queued"], true);
+        assert_eq!(a.body["id"], 7);
+        assert_eq!(a.body["idempotencyKey"], key.as_str());
+        assert_eq!(
+            a.body["message"],
+            "Request queued for when you are back online"
+        );
+        let cases = [
+            (NotQueued::TooLarge { len: 2, max: 1 }, 413),
+            (NotQueued::Full { max: 1 }, 507),
+            (NotQueued::Storage("QuotaExceededError".into()), 503),
+        ];
+        for (why, status) in cases {
+            let a = SyntheticAnswer::not_queued(&why);
+            assert_eq!(a.status, status);
+            assert_eq!(a.body["queued"], false);
+            assert!(a.body["error"].as_str().is_some_and(|e| !e.is_empty()));
+        }
+        assert_eq!(SyntheticAnswer::offline().body, json!({"error":"offline"}));
+    }
+}

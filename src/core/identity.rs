@@ -1,0 +1,102 @@
+//! Who is signed in, read from the answer of `GET authMePath` (contract section 4.1).
+
+use serde_json::Value;
+
+/// The answer of the identity endpoint, as replay and recovery need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// 200 with a string `user.id`; the CSRF token for replays when the server gave one.
+    SignedIn { user: String, csrf: Option<String> },
+    /// 401, or 200 without a string `user.id`: nobody is signed in.
+    SignedOut,
+    /// Any other status (409 from an expected-account check among them). The flush
+    /// stops and changes nothing.
+    Unavailable { status: u16 },
+}
+
+/// Reads an identity answer. `body` is the parsed JSON body (`None` when it was not
+/// JSON); `csrf_header` the `X-CSRF-Token` response header. The body's `csrfToken`
+/// wins over the header when both are present.
+pub fn read_identity(status: u16, body: Option<&Value>, csrf_header: Option<&str>) -> Identity {
+    match status {
+        200 => {
+            let user = body
+                .and_then(|b| b.get("user"))
+                .and_then(|u| u.get("id"))
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty());
+            match user {
+                Some(user) => {
+                    let csrf = body
+                        .and_then(|b| b.get("csrfToken"))
+                        .and_then(Value::as_str)
+                        .or(csrf_header)
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned);
+                    Identity::SignedIn {
+                        user: user.to_owned(),
+                        csrf,
+                    }
+                }
+                None => Identity::SignedOut,
+            }
+        }
+        401 => Identity::SignedOut,
+        status => Identity::Unavailable { status },
+    }
+}
+
+/// Recovery acts only when a fresh identity answer names exactly the account the page
+/// said it acts for (contract section 6).
+pub fn confirms(identity: &Identity, owner: &str) -> bool {
+    matches!(identity, Identity::SignedIn { user, .. } if user == owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn signed_in_with_token_from_body_or_header() {
+        let b = json!({"user":{"id":"alice"},"csrfToken":"t1"});
+        assert_eq!(
+            read_identity(200, Some(&b), Some("t2")),
+            Identity::SignedIn { user: "alice".into(), csrf: Some("t1".into()) }
+        );
+        let b = json!({"user":{"id":"alice"}});
+        assert_eq!(
+            read_identity(200, Some(&b), Some("t2")),
+            Identity::SignedIn { user: "alice".into(), csrf: Some("t2".into()) }
+        );
+        assert_eq!(
+            read_identity(200, Some(&b), None),
+            Identity::SignedIn { user: "alice".into(), csrf: None }
+        );
+    }
+
+    #[test]
+    fn no_string_user_id_means_signed_out() {
+        for b in [json!({"user":null}), json!({"user":{"id":5}}), json!({}), json!({"user":{"id":""}})] {
+            assert_eq!(read_identity(200, Some(&b), None), Identity::SignedOut, "{b}");
+        }
+        assert_eq!(read_identity(200, None, None), Identity::SignedOut);
+        assert_eq!(read_identity(401, None, None), Identity::SignedOut);
+    }
+
+    #[test]
+    fn other_statuses_are_unavailable() {
+        for s in [204, 302, 403, 409, 500, 503] {
+            assert_eq!(read_identity(s, None, None), Identity::Unavailable { status: s });
+        }
+    }
+
+    #[test]
+    fn confirmation_needs_the_same_account() {
+        let alice = Identity::SignedIn { user: "alice".into(), csrf: None };
+        assert!(confirms(&alice, "alice"));
+        assert!(!confirms(&alice, "bob"));
+        assert!(!confirms(&Identity::SignedOut, "alice"));
+        assert!(!confirms(&Identity::Unavailable { status: 409 }, "alice"));
+    }
+}

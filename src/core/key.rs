@@ -1,0 +1,135 @@
+//! The idempotency key a record keeps for its whole life (contract section 2.2).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A validated `Idempotency-Key`: 22–64 characters of `[A-Za-z0-9_-]`. A minted key is
+/// a UUID v4 in its hyphenated form (36 characters), which fits that shape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct IdempotencyKey(String);
+
+/// Why a page-supplied key was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("Idempotency-Key must be 22 to 64 characters long, got {0}")]
+    Length(usize),
+    #[error("Idempotency-Key may contain only A-Z, a-z, 0-9, '_' and '-'")]
+    Charset,
+}
+
+impl IdempotencyKey {
+    pub const MIN_LEN: usize = 22;
+    pub const MAX_LEN: usize = 64;
+
+    /// Checks the shape of a key that came from a page, a record or a server.
+    pub fn parse(s: &str) -> Result<Self, KeyError> {
+        let len = s.len();
+        if !(Self::MIN_LEN..=Self::MAX_LEN).contains(&len) {
+            return Err(KeyError::Length(s.chars().count()));
+        }
+        if !s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(KeyError::Charset);
+        }
+        Ok(IdempotencyKey(s.to_owned()))
+    }
+
+    /// A UUID v4 built from 16 bytes of a cryptographic source. The caller supplies the
+    /// bytes so this stays pure and testable; [`IdempotencyKey::mint`] uses `getrandom`.
+    pub fn from_random_bytes(bytes: [u8; 16]) -> Self {
+        let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+        IdempotencyKey(uuid.hyphenated().to_string())
+    }
+
+    /// A fresh key from the platform's cryptographic random source (Web Crypto in a
+    /// browser). Fails only when that source does.
+    pub fn mint() -> Result<Self, getrandom::Error> {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes)?;
+        Ok(Self::from_random_bytes(bytes))
+    }
+
+    /// [`IdempotencyKey::mint`] for callers that only need to know whether it worked.
+    pub fn mint_opt() -> Option<Self> {
+        Self::mint().ok()
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for IdempotencyKey {
+    type Error = KeyError;
+    fn try_from(s: String) -> Result<Self, KeyError> {
+        IdempotencyKey::parse(&s)
+    }
+}
+
+impl From<IdempotencyKey> for String {
+    fn from(k: IdempotencyKey) -> String {
+        k.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn minted_keys_are_uuid_v4_and_valid() {
+        let a = IdempotencyKey::mint().expect("random source");
+        let b = IdempotencyKey::mint().expect("random source");
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 36);
+        assert_eq!(&a.as_str()[14..15], "4", "version nibble");
+        assert!(matches!(&a.as_str()[19..20], "8" | "9" | "a" | "b"), "variant");
+        assert!(IdempotencyKey::parse(a.as_str()).is_ok());
+    }
+
+    #[test]
+    fn shape_is_enforced() {
+        assert_eq!(
+            IdempotencyKey::parse("short").unwrap_err(),
+            KeyError::Length(5)
+        );
+        assert!(IdempotencyKey::parse(&"a".repeat(22)).is_ok());
+        assert!(IdempotencyKey::parse(&"a".repeat(64)).is_ok());
+        assert!(IdempotencyKey::parse(&"a".repeat(21)).is_err());
+        assert!(IdempotencyKey::parse(&"a".repeat(65)).is_err());
+        assert_eq!(
+            IdempotencyKey::parse("abcdefghijklmnopqrstu v").unwrap_err(),
+            KeyError::Charset
+        );
+        assert_eq!(
+            IdempotencyKey::parse("abcdefghijklmnopqrstuvé").unwrap_err(),
+            KeyError::Charset
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_key_of_the_shape_round_trips(s in "[A-Za-z0-9_-]{22,64}") {
+            let k = IdempotencyKey::parse(&s).expect("valid shape");
+            let json = serde_json::to_string(&k).expect("serialises");
+            let back: IdempotencyKey = serde_json::from_str(&json).expect("parses");
+            prop_assert_eq!(back, k);
+        }
+
+        #[test]
+        fn bytes_always_make_a_valid_key(b in any::<[u8; 16]>()) {
+            let k = IdempotencyKey::from_random_bytes(b);
+            prop_assert!(IdempotencyKey::parse(k.as_str()).is_ok());
+        }
+    }
+}

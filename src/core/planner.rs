@@ -1,0 +1,641 @@
+//! The replay planner (contract sections 4.2, 4.3): which records may be sent now, and
+//! why each other record is held back.
+//!
+//! A [`Replay`] is one flush's state machine with no I/O: the shell asks it for records
+//! to send ([`Replay::next_sends`]), tells it each outcome ([`Replay::on_outcome`]), and
+//! at the end asks for the report ([`Replay::blocked`]). It decides afresh from the
+//! whole queue every time, so a failure blocks what follows it at once.
+
+use super::answer::Verdict;
+use super::record::{AttentionReason, RecordId, RecordMeta, RecordState};
+use serde::Serialize;
+
+/// Why a record is not sent, in the contract's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BlockReason {
+    AuthRoute,
+    NoSession,
+    UnknownOwner,
+    OwnerMismatch,
+    Attention(AttentionReason),
+    WorkspaceOrder,
+    CorruptRecord,
+}
+
+impl BlockReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BlockReason::AuthRoute => "auth-route",
+            BlockReason::NoSession => "no-session",
+            BlockReason::UnknownOwner => "unknown-owner",
+            BlockReason::OwnerMismatch => "owner-mismatch",
+            BlockReason::Attention(r) => r.as_str(),
+            BlockReason::WorkspaceOrder => "workspace-order",
+            BlockReason::CorruptRecord => "corrupt-record",
+        }
+    }
+}
+
+impl Serialize for BlockReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// A record as the planner sees it. Corrupt records have only their id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanItem {
+    pub id: RecordId,
+    pub kind: ItemKind,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ItemKind {
+    Corrupt,
+    Record {
+        owner: Option<String>,
+        workspace: Option<String>,
+        auth_route: bool,
+        attention: Option<AttentionReason>,
+    },
+}
+
+impl PlanItem {
+    /// The planner's view of a readable record; `auth_route` comes from the patterns.
+    pub fn of(meta: &RecordMeta, auth_route: bool) -> PlanItem {
+        PlanItem {
+            id: meta.id,
+            kind: ItemKind::Record {
+                owner: meta.owner.clone(),
+                workspace: meta.workspace.clone(),
+                auth_route,
+                attention: match meta.state {
+                    RecordState::Queued => None,
+                    RecordState::NeedsAttention(r) => Some(r),
+                },
+            },
+        }
+    }
+
+    pub fn corrupt(id: RecordId) -> PlanItem {
+        PlanItem {
+            id,
+            kind: ItemKind::Corrupt,
+        }
+    }
+}
+
+/// Where a record is in this flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    Waiting,
+    InFlight,
+    Replayed,
+    /// Sent and left queued (409 in progress, a 5xx below the limit): not blocked
+    /// itself, but it closes its lane for the rest of the flush.
+    Held,
+    /// Sent and moved to needs-attention.
+    NowAttention(AttentionReason),
+    /// The flush stopped on its outcome (network, 401, 429/503); left as it was.
+    Interrupted,
+}
+
+/// What an earlier record means for a later one of the same lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Gate {
+    Open,
+    /// Not settled yet: wait.
+    Busy,
+    /// Failed or blocked: the later record is blocked with `workspace-order`.
+    Closed,
+}
+
+/// The planner's decision for one record at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Send,
+    /// Waits for an earlier record, or for the next flush.
+    Wait,
+    InFlight,
+    Replayed,
+    /// Sent and left queued; counted as remaining, not reported as blocked.
+    Held,
+    Blocked(BlockReason),
+}
+
+/// One flush's plan over the queue, for the signed-in account (`None`: signed out).
+#[derive(Debug, Clone)]
+pub struct Replay {
+    items: Vec<PlanItem>,
+    progress: Vec<Progress>,
+    user: Option<String>,
+    stopped: bool,
+}
+
+impl Replay {
+    pub fn new(mut items: Vec<PlanItem>, user: Option<String>) -> Replay {
+        items.sort_by_key(|i| i.id);
+        let progress = vec![Progress::Waiting; items.len()];
+        Replay {
+            items,
+            progress,
+            user,
+            stopped: false,
+        }
+    }
+
+    pub fn items(&self) -> &[PlanItem] {
+        &self.items
+    }
+
+    /// The reason of 4.2 that holds a record back whatever else happens in the flush.
+    fn static_reason(&self, i: usize) -> Option<BlockReason> {
+        let ItemKind::Record {
+            owner,
+            auth_route,
+            attention,
+            ..
+        } = &self.items[i].kind
+        else {
+            return Some(BlockReason::CorruptRecord);
+        };
+        if *auth_route {
+            return Some(BlockReason::AuthRoute);
+        }
+        let Some(user) = &self.user else {
+            return Some(BlockReason::NoSession);
+        };
+        match owner {
+            None => return Some(BlockReason::UnknownOwner),
+            Some(o) if o != user => return Some(BlockReason::OwnerMismatch),
+            Some(_) => {}
+        }
+        let attention = match self.progress[i] {
+            Progress::NowAttention(r) => Some(r),
+            _ => *attention,
+        };
+        attention.map(BlockReason::Attention)
+    }
+
+    /// Whether the record takes part in the signed-in account's ordering: its own,
+    /// readable, not an auth route (those are never sent and hold nothing back).
+    fn is_owned(&self, i: usize) -> bool {
+        match (&self.items[i].kind, &self.user) {
+            (
+                ItemKind::Record {
+                    owner: Some(o),
+                    auth_route: false,
+                    ..
+                },
+                Some(u),
+            ) => o == u,
+            _ => false,
+        }
+    }
+
+    fn workspace(&self, i: usize) -> Option<&str> {
+        match &self.items[i].kind {
+            ItemKind::Record { workspace, .. } => workspace.as_deref(),
+            ItemKind::Corrupt => None,
+        }
+    }
+
+    /// Every record's decision now, in id order: the rules of 4.3 as one pass.
+    pub fn decide(&self) -> Vec<Decision> {
+        use std::collections::HashMap;
+        let mut lanes: HashMap<&str, Gate> = HashMap::new();
+        // The combined state of earlier account-level records, and of all earlier owned
+        // records (what an account-level record may not overtake).
+        let mut barrier = Gate::Open;
+        let mut all_owned = Gate::Open;
+        let mut out = Vec::with_capacity(self.items.len());
+        for i in 0..self.items.len() {
+            let progress = self.progress[i];
+            let owned = self.is_owned(i);
+            let (decision, contributes) = match (progress, self.static_reason(i)) {
+                (Progress::Replayed, _) => (Decision::Replayed, Gate::Open),
+                (Progress::InFlight, _) => (Decision::InFlight, Gate::Busy),
+                (_, Some(reason)) => (Decision::Blocked(reason), Gate::Closed),
+                (Progress::Held, None) => (Decision::Held, Gate::Closed),
+                (Progress::Interrupted, None) => (Decision::Wait, Gate::Busy),
+                (Progress::NowAttention(_), None) | (Progress::Waiting, None) => {
+                    let ws = self.workspace(i);
+                    let ahead = match ws {
+                        Some(w) => barrier.max(*lanes.get(w).unwrap_or(&Gate::Open)),
+                        None => all_owned,
+                    };
+                    match ahead {
+                        Gate::Closed => (Decision::Blocked(BlockReason::WorkspaceOrder), Gate::Closed),
+                        Gate::Busy => (Decision::Wait, Gate::Busy),
+                        Gate::Open if self.stopped => (Decision::Wait, Gate::Busy),
+                        Gate::Open => (Decision::Send, Gate::Busy),
+                    }
+                }
+            };
+            if owned {
+                all_owned = all_owned.max(contributes);
+                match self.workspace(i) {
+                    Some(w) => {
+                        let lane = lanes.entry(w).or_insert(Gate::Open);
+                        *lane = (*lane).max(contributes);
+                    }
+                    None => barrier = barrier.max(contributes),
+                }
+            }
+            out.push(decision);
+        }
+        out
+    }
+
+    /// Up to `limit` records to send now (fewer when as many are in flight already),
+    /// marked in flight. Each workspace has at most one record in flight, so `limit` is
+    /// the number of parallel lanes.
+    pub fn next_sends(&mut self, limit: usize) -> Vec<RecordId> {
+        let in_flight = self
+            .progress
+            .iter()
+            .filter(|p| **p == Progress::InFlight)
+            .count();
+        let room = limit.saturating_sub(in_flight);
+        let picked: Vec<usize> = self
+            .decide()
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| **d == Decision::Send)
+            .map(|(i, _)| i)
+            .take(room)
+            .collect();
+        for &i in &picked {
+            self.progress[i] = Progress::InFlight;
+        }
+        picked.into_iter().map(|i| self.items[i].id).collect()
+    }
+
+    fn index(&self, id: RecordId) -> Option<usize> {
+        self.items.binary_search_by_key(&id, |i| i.id).ok()
+    }
+
+    /// Records the outcome of a record that was in flight. A stopping outcome ends the
+    /// flush: nothing more is handed out.
+    pub fn on_outcome(&mut self, id: RecordId, verdict: &Verdict, moved_to_attention: bool) {
+        let Some(i) = self.index(id) else { return };
+        if self.progress[i] != Progress::InFlight {
+            return;
+        }
+        self.progress[i] = match verdict {
+            Verdict::Replayed => Progress::Replayed,
+            v if v.stops_flush() => Progress::Interrupted,
+            Verdict::Attention { reason, .. } => Progress::NowAttention(*reason),
+            Verdict::ServerFailure { .. } if moved_to_attention => {
+                Progress::NowAttention(AttentionReason::Repeated5xx)
+            }
+            _ => Progress::Held,
+        };
+        if verdict.stops_flush() {
+            self.stopped = true;
+        }
+    }
+
+    /// Ends the flush between records (budget spent, storage failed): no more sends.
+    pub fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Whether anything is in flight (the flush ends when nothing is and nothing can be
+    /// sent).
+    pub fn in_flight(&self) -> usize {
+        self.progress
+            .iter()
+            .filter(|p| **p == Progress::InFlight)
+            .count()
+    }
+
+    pub fn replayed(&self) -> usize {
+        self.progress
+            .iter()
+            .filter(|p| **p == Progress::Replayed)
+            .count()
+    }
+
+    /// The records held back and why, in id order: the `MUTATIONS_BLOCKED` list.
+    /// Records merely waiting for the next flush (not reached, or sent and left queued)
+    /// are not blocked.
+    pub fn blocked(&self) -> Vec<(RecordId, BlockReason)> {
+        self.decide()
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, d)| match d {
+                Decision::Blocked(r) => Some((self.items[i].id, r)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn rec(id: u64, owner: Option<&str>, ws: Option<&str>) -> PlanItem {
+        PlanItem {
+            id: RecordId(id),
+            kind: ItemKind::Record {
+                owner: owner.map(Into::into),
+                workspace: ws.map(Into::into),
+                auth_route: false,
+                attention: None,
+            },
+        }
+    }
+
+    fn with_attention(mut p: PlanItem, r: AttentionReason) -> PlanItem {
+        if let ItemKind::Record { attention, .. } = &mut p.kind {
+            *attention = Some(r);
+        }
+        p
+    }
+
+    fn alice(items: Vec<PlanItem>) -> Replay {
+        Replay::new(items, Some("alice".into()))
+    }
+
+    fn ids(v: &[u64]) -> Vec<RecordId> {
+        v.iter().copied().map(RecordId).collect()
+    }
+
+    const FAIL: Verdict = Verdict::ServerFailure { status: 500 };
+
+    #[test]
+    fn each_static_reason_in_its_order() {
+        let mut auth = rec(1, Some("alice"), None);
+        if let ItemKind::Record { auth_route, .. } = &mut auth.kind {
+            *auth_route = true;
+        }
+        let r = alice(vec![
+            auth,
+            rec(2, None, Some("a")),
+            rec(3, Some("bob"), Some("a")),
+            with_attention(rec(4, Some("alice"), Some("b")), AttentionReason::KeyReused),
+            PlanItem::corrupt(RecordId(5)),
+        ]);
+        assert_eq!(
+            r.blocked(),
+            vec![
+                (RecordId(1), BlockReason::AuthRoute),
+                (RecordId(2), BlockReason::UnknownOwner),
+                (RecordId(3), BlockReason::OwnerMismatch),
+                (RecordId(4), BlockReason::Attention(AttentionReason::KeyReused)),
+                (RecordId(5), BlockReason::CorruptRecord),
+            ]
+        );
+        let signed_out = Replay::new(vec![rec(1, Some("alice"), None), rec(2, None, None)], None);
+        assert_eq!(
+            signed_out.blocked(),
+            vec![(RecordId(1), BlockReason::NoSession), (RecordId(2), BlockReason::NoSession)]
+        );
+        let mut signed_out = signed_out;
+        assert!(signed_out.next_sends(4).is_empty());
+    }
+
+    #[test]
+    fn fifo_within_a_workspace_parallel_across() {
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), Some("a")),
+            rec(3, Some("alice"), Some("b")),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[1, 3]));
+        assert_eq!(r.next_sends(4), ids(&[]), "2 waits for 1");
+        r.on_outcome(RecordId(1), &Verdict::Replayed, false);
+        assert_eq!(r.next_sends(4), ids(&[2]));
+    }
+
+    #[test]
+    fn lanes_are_limited() {
+        let mut r = alice((1..=6).map(|i| rec(i, Some("alice"), Some(&format!("w{i}")))).collect());
+        assert_eq!(r.next_sends(2), ids(&[1, 2]));
+        assert_eq!(r.next_sends(2), ids(&[]));
+        r.on_outcome(RecordId(2), &Verdict::Replayed, false);
+        assert_eq!(r.next_sends(2), ids(&[3]));
+    }
+
+    #[test]
+    fn a_failure_in_a_blocks_later_a_not_b() {
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), Some("b")),
+            rec(3, Some("alice"), Some("a")),
+            rec(4, Some("alice"), Some("b")),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[1, 2]));
+        r.on_outcome(RecordId(1), &FAIL, false);
+        r.on_outcome(RecordId(2), &Verdict::Replayed, false);
+        assert_eq!(r.next_sends(4), ids(&[4]));
+        assert_eq!(r.blocked(), vec![(RecordId(3), BlockReason::WorkspaceOrder)]);
+    }
+
+    #[test]
+    fn a_blocked_owned_record_blocks_its_workspace() {
+        let mut r = alice(vec![
+            with_attention(rec(1, Some("alice"), Some("a")), AttentionReason::OutcomeUnknown),
+            rec(2, Some("alice"), Some("a")),
+            rec(3, Some("alice"), Some("b")),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[3]));
+        assert_eq!(r.blocked()[1], (RecordId(2), BlockReason::WorkspaceOrder));
+    }
+
+    #[test]
+    fn an_unresolved_account_level_record_blocks_every_later_owned_record() {
+        let mut r = alice(vec![
+            rec(1, Some("alice"), None),
+            rec(2, Some("alice"), Some("a")),
+            rec(3, Some("alice"), Some("b")),
+            rec(4, Some("alice"), None),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[1]), "the barrier goes alone");
+        r.on_outcome(RecordId(1), &Verdict::Attention { reason: AttentionReason::Rejected, status: 400 }, true);
+        assert_eq!(r.next_sends(4), ids(&[]));
+        assert_eq!(
+            r.blocked(),
+            vec![
+                (RecordId(1), BlockReason::Attention(AttentionReason::Rejected)),
+                (RecordId(2), BlockReason::WorkspaceOrder),
+                (RecordId(3), BlockReason::WorkspaceOrder),
+                (RecordId(4), BlockReason::WorkspaceOrder),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_account_level_record_waits_for_earlier_owned_records() {
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), Some("b")),
+            rec(3, Some("alice"), None),
+            rec(4, Some("alice"), Some("c")),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[1, 2]), "3 waits; 4 is behind the barrier");
+        r.on_outcome(RecordId(1), &Verdict::Replayed, false);
+        assert_eq!(r.next_sends(4), ids(&[]));
+        r.on_outcome(RecordId(2), &FAIL, false);
+        assert_eq!(
+            r.blocked(),
+            vec![(RecordId(3), BlockReason::WorkspaceOrder), (RecordId(4), BlockReason::WorkspaceOrder)]
+        );
+    }
+
+    #[test]
+    fn other_accounts_records_block_nothing() {
+        let mut r = alice(vec![
+            with_attention(rec(1, Some("bob"), None), AttentionReason::OutcomeUnknown),
+            rec(2, Some("bob"), Some("a")),
+            rec(3, None, None),
+            rec(4, Some("alice"), Some("a")),
+            rec(5, Some("alice"), None),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[4]));
+        r.on_outcome(RecordId(4), &Verdict::Replayed, false);
+        assert_eq!(r.next_sends(4), ids(&[5]));
+    }
+
+    #[test]
+    fn a_stopping_outcome_ends_the_flush_and_reports_no_pending_record() {
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), Some("b")),
+            rec(3, Some("alice"), Some("a")),
+            rec(4, Some("alice"), Some("c")),
+        ]);
+        assert_eq!(r.next_sends(2), ids(&[1, 2]));
+        r.on_outcome(RecordId(1), &Verdict::NetworkFailure, false);
+        assert!(r.is_stopped());
+        r.on_outcome(RecordId(2), &Verdict::Replayed, false);
+        assert_eq!(r.next_sends(4), ids(&[]));
+        assert_eq!(r.blocked(), vec![], "waiting records are not blocked");
+        assert_eq!(r.replayed(), 1);
+    }
+
+    #[test]
+    fn in_progress_holds_its_lane_without_being_blocked_itself() {
+        let mut r = alice(vec![rec(1, Some("alice"), Some("a")), rec(2, Some("alice"), Some("a"))]);
+        assert_eq!(r.next_sends(4), ids(&[1]));
+        r.on_outcome(RecordId(1), &Verdict::InProgress, false);
+        assert_eq!(r.next_sends(4), ids(&[]));
+        assert_eq!(r.blocked(), vec![(RecordId(2), BlockReason::WorkspaceOrder)]);
+        assert_eq!(r.decide()[0], Decision::Held);
+    }
+
+    #[test]
+    fn budget_stop_sends_nothing_more() {
+        let mut r = alice(vec![rec(1, Some("alice"), Some("a")), rec(2, Some("alice"), Some("b"))]);
+        assert_eq!(r.next_sends(1), ids(&[1]));
+        r.stop();
+        r.on_outcome(RecordId(1), &Verdict::Replayed, false);
+        assert_eq!(r.next_sends(4), ids(&[]));
+    }
+
+    /// A random queue, a random sequence of outcomes and a random order in which
+    /// in-flight records answer: the invariants of 4.3 hold at every send.
+    fn arb_item() -> impl Strategy<Value = (Option<u8>, Option<u8>, bool, bool)> {
+        (
+            prop::option::weighted(0.9, 0u8..3),      // owner: alice, bob, carol / unknown
+            prop::option::weighted(0.7, 0u8..3),      // workspace a, b, c / account-level
+            prop::bool::weighted(0.1),                // needs attention already
+            prop::bool::weighted(0.05),               // corrupt
+        )
+    }
+
+    fn arb_verdict() -> impl Strategy<Value = Verdict> {
+        prop_oneof![
+            6 => Just(Verdict::Replayed),
+            1 => Just(Verdict::InProgress),
+            1 => Just(Verdict::ServerFailure { status: 502 }),
+            1 => Just(Verdict::Attention { reason: AttentionReason::OutcomeUnknown, status: 409 }),
+            1 => Just(Verdict::Attention { reason: AttentionReason::Rejected, status: 400 }),
+            1 => Just(Verdict::NetworkFailure),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn ordering_and_ownership_invariants(
+            raw in prop::collection::vec(arb_item(), 0..40),
+            verdicts in prop::collection::vec(arb_verdict(), 40),
+            picks in prop::collection::vec(any::<prop::sample::Index>(), 40),
+            lanes in 1usize..6,
+        ) {
+            let names = ["alice", "bob", "carol"];
+            let wss = ["a", "b", "c"];
+            let items: Vec<PlanItem> = raw.iter().enumerate().map(|(i, (o, w, att, corrupt))| {
+                let id = RecordId(i as u64 + 1);
+                if *corrupt { return PlanItem::corrupt(id); }
+                let p = rec(id.0, o.map(|o| names[o as usize]), w.map(|w| wss[w as usize]));
+                if *att { with_attention(p, AttentionReason::Expired) } else { p }
+            }).collect();
+            let mut r = alice(items.clone());
+            let mut sent: Vec<RecordId> = Vec::new();
+            let mut settled_ok: Vec<RecordId> = Vec::new();
+            let mut in_flight: Vec<RecordId> = Vec::new();
+            let mut step = 0;
+            loop {
+                for id in r.next_sends(lanes) {
+                    let item = &items[(id.0 - 1) as usize];
+                    let ItemKind::Record { owner, workspace, attention, .. } = &item.kind else {
+                        return Err(TestCaseError::fail("corrupt record sent"));
+                    };
+                    prop_assert_eq!(owner.as_deref(), Some("alice"), "only the signed-in account's");
+                    prop_assert!(attention.is_none(), "needs-attention never sent");
+                    prop_assert!(!sent.contains(&id), "sent twice");
+                    // Every earlier owned record that must settle first has settled OK.
+                    for earlier in &items[..(id.0 - 1) as usize] {
+                        let ItemKind::Record { owner: eo, workspace: ew, .. } = &earlier.kind else { continue };
+                        if eo.as_deref() != Some("alice") { continue; }
+                        let must = ew.is_none() || workspace.is_none() || ew == workspace;
+                        if must {
+                            prop_assert!(settled_ok.contains(&earlier.id),
+                                "{:?} sent before {:?} settled", id, earlier.id);
+                        }
+                    }
+                    sent.push(id);
+                    in_flight.push(id);
+                }
+                prop_assert!(in_flight.len() <= lanes);
+                if in_flight.is_empty() || step >= verdicts.len() { break; }
+                let k = picks[step].index(in_flight.len());
+                let id = in_flight.remove(k);
+                let v = verdicts[step].clone();
+                step += 1;
+                if v == Verdict::Replayed { settled_ok.push(id); }
+                r.on_outcome(id, &v, false);
+            }
+            // Nothing blocked was ever sent, and the report never lists a replayed record.
+            for (id, _) in r.blocked() {
+                prop_assert!(!settled_ok.contains(&id));
+                let item = &items[(id.0 - 1) as usize];
+                if let ItemKind::Record { owner, attention, .. } = &item.kind {
+                    if owner.as_deref() != Some("alice") || attention.is_some() {
+                        prop_assert!(!sent.contains(&id), "blocked record was sent");
+                    }
+                }
+            }
+            // Every record of another owner, unknown owner, corrupt or needing attention
+            // is in the report.
+            let blocked: Vec<RecordId> = r.blocked().into_iter().map(|(id, _)| id).collect();
+            for item in &items {
+                let static_block = match &item.kind {
+                    ItemKind::Corrupt => true,
+                    ItemKind::Record { owner, attention, .. } =>
+                        owner.as_deref() != Some("alice") || attention.is_some(),
+                };
+                if static_block { prop_assert!(blocked.contains(&item.id)); }
+            }
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! The queued write as IndexedDB holds it (contract section 3), and its reading.
+//!
+//! A stored value is read in two steps: serde into [`RawRecord`], whose fields are all
+//! optional so that version-1 records and hand-edited ones still deserialise, then
+//! [`RecordMeta::from_raw`], which decides whether it is a record at all. Anything that
+//! fails either step is *corrupt*: kept, reported, never sent.
+
+use super::key::IdempotencyKey;
+use super::route::{is_write_method, Patterns};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The IndexedDB key of a record. Auto-increment keys are integers below 2^53.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RecordId(pub u64);
+
+impl fmt::Display for RecordId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The largest integer a JavaScript number holds exactly.
+pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Why a record waits for a person instead of being replayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttentionReason {
+    /// The server could not tell whether the write was applied.
+    OutcomeUnknown,
+    /// The server saw the key with a different request.
+    KeyReused,
+    /// `maxServerFailures` 5xx answers in a row.
+    #[serde(rename = "repeated-5xx")]
+    Repeated5xx,
+    /// A 4xx the outbox cannot fix; the status is kept in `lastStatus`.
+    Rejected,
+    /// Older than `maxRetentionMs`.
+    Expired,
+}
+
+impl AttentionReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttentionReason::OutcomeUnknown => "outcome-unknown",
+            AttentionReason::KeyReused => "key-reused",
+            AttentionReason::Repeated5xx => "repeated-5xx",
+            AttentionReason::Rejected => "rejected",
+            AttentionReason::Expired => "expired",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [
+            AttentionReason::OutcomeUnknown,
+            AttentionReason::KeyReused,
+            AttentionReason::Repeated5xx,
+            AttentionReason::Rejected,
+            AttentionReason::Expired,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+}
+
+/// A record's state; needs-attention always carries its reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordState {
+    Queued,
+    NeedsAttention(AttentionReason),
+}
+
+/// A stored value as serde sees it, before it is trusted. Unknown fields are ignored
+/// (the body among them: it is read only when the record is sent).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawRecord {
+    pub id: Option<f64>,
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub content_type: Option<String>,
+    pub timestamp: Option<f64>,
+    pub owner_id: Option<String>,
+    pub workspace: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub state: Option<String>,
+    pub attention_reason: Option<String>,
+    pub server_failures: Option<f64>,
+    pub last_status: Option<f64>,
+    pub attempts: Option<f64>,
+}
+
+/// A record's metadata: everything but the body bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordMeta {
+    pub id: RecordId,
+    pub method: String,
+    /// Path and query relative to the API base.
+    pub path: String,
+    pub content_type: Option<String>,
+    /// Milliseconds since the epoch when the write was queued.
+    pub timestamp: u64,
+    /// The account that queued it; `None` is an unknown owner.
+    pub owner: Option<String>,
+    pub workspace: Option<String>,
+    /// `None` only for records from version 1; adoption mints one.
+    pub key: Option<IdempotencyKey>,
+    pub state: RecordState,
+    pub server_failures: u32,
+    /// The status of the last answer that moved it to needs-attention.
+    pub last_status: Option<u16>,
+    /// How many times a replay of it was started (marked before each request).
+    pub attempts: u32,
+    /// The size of the stored body, for listings.
+    pub body_len: usize,
+}
+
+/// Why a stored value is not a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CorruptRecord {
+    #[error("the stored value is not an object with the record's field types: {0}")]
+    Shape(String),
+    #[error("field {0} is missing or invalid")]
+    Field(&'static str),
+}
+
+fn count(v: Option<f64>, field: &'static str) -> Result<u32, CorruptRecord> {
+    match v {
+        None => Ok(0),
+        Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= u32::MAX as f64 => {
+            Ok(n as u32)
+        }
+        Some(_) => Err(CorruptRecord::Field(field)),
+    }
+}
+
+impl RecordMeta {
+    /// Trusts a raw value as a record, or says which field makes it corrupt. `id` is
+    /// the IndexedDB primary key; `body_len` is `None` when the stored body is neither
+    /// absent, bytes nor a string. Missing `workspace` is derived from the path (the
+    /// version-1 upgrade); a missing owner stays unknown.
+    pub fn from_raw(
+        id: RecordId,
+        raw: RawRecord,
+        body_len: Option<usize>,
+        patterns: &dyn Patterns,
+    ) -> Result<RecordMeta, CorruptRecord> {
+        let method = raw
+            .method
+            .filter(|m| is_write_method(m))
+            .ok_or(CorruptRecord::Field("method"))?
+            .to_ascii_uppercase();
+        let path = raw
+            .path
+            .filter(|p| p.starts_with('/'))
+            .ok_or(CorruptRecord::Field("path"))?;
+        let timestamp = match raw.timestamp {
+            Some(t) if t.is_finite() && t >= 0.0 => t as u64,
+            _ => return Err(CorruptRecord::Field("timestamp")),
+        };
+        let body_len = body_len.ok_or(CorruptRecord::Field("body"))?;
+        let key = match raw.idempotency_key {
+            None => None,
+            Some(k) => Some(
+                IdempotencyKey::parse(&k).map_err(|_| CorruptRecord::Field("idempotencyKey"))?,
+            ),
+        };
+        let state = match raw.state.as_deref() {
+            None | Some("queued") => RecordState::Queued,
+            Some("needs-attention") => RecordState::NeedsAttention(
+                raw.attention_reason
+                    .as_deref()
+                    .and_then(AttentionReason::parse)
+                    .ok_or(CorruptRecord::Field("attentionReason"))?,
+            ),
+            Some(_) => return Err(CorruptRecord::Field("state")),
+        };
+        let last_status = match raw.last_status {
+            None => None,
+            Some(s) if (100.0..=599.0).contains(&s) && s.fract() == 0.0 => Some(s as u16),
+            Some(_) => return Err(CorruptRecord::Field("lastStatus")),
+        };
+        let workspace = raw.workspace.or_else(|| patterns.workspace(&path));
+        Ok(RecordMeta {
+            id,
+            method,
+            path,
+            content_type: raw.content_type,
+            timestamp,
+            owner: raw.owner_id.filter(|o| !o.is_empty()),
+            workspace,
+            key,
+            state,
+            server_failures: count(raw.server_failures, "serverFailures")?,
+            last_status,
+            attempts: count(raw.attempts, "attempts")?,
+            body_len,
+        })
+    }
+
+    /// The fields a state change may rewrite, in their stored form.
+    pub fn mutable_fields(&self) -> MutableFields {
+        let (state, attention_reason) = match self.state {
+            RecordState::Queued => ("queued", None),
+            RecordState::NeedsAttention(r) => ("needs-attention", Some(r.as_str())),
+        };
+        MutableFields {
+            owner_id: self.owner.clone(),
+            workspace: self.workspace.clone(),
+            idempotency_key: self.key.as_ref().map(|k| k.as_str().to_owned()),
+            state,
+            attention_reason,
+            server_failures: self.server_failures,
+            last_status: self.last_status,
+            attempts: self.attempts,
+        }
+    }
+}
+
+/// What a settle, adoption or recovery writes over a stored record. The shell assigns
+/// these onto the stored object, so the body bytes are never copied through Rust.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MutableFields {
+    pub owner_id: Option<String>,
+    pub workspace: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub state: &'static str,
+    pub attention_reason: Option<&'static str>,
+    pub server_failures: u32,
+    pub last_status: Option<u16>,
+    pub attempts: u32,
+}
+
+/// A write about to be queued; the shell adds the body bytes and IndexedDB the id.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewRecord {
+    pub method: String,
+    pub path: String,
+    pub content_type: Option<String>,
+    pub timestamp: u64,
+    pub owner_id: Option<String>,
+    pub workspace: Option<String>,
+    pub idempotency_key: IdempotencyKey,
+    pub state: &'static str,
+    pub attention_reason: Option<&'static str>,
+    pub server_failures: u32,
+    pub last_status: Option<u16>,
+    pub attempts: u32,
+}
+
+impl NewRecord {
+    pub fn new(
+        method: &str,
+        path: String,
+        content_type: Option<String>,
+        timestamp: u64,
+        owner: Option<String>,
+        workspace: Option<String>,
+        key: IdempotencyKey,
+    ) -> NewRecord {
+        NewRecord {
+            method: method.to_ascii_uppercase(),
+            path,
+            content_type,
+            timestamp,
+            owner_id: owner,
+            workspace,
+            idempotency_key: key,
+            state: "queued",
+            attention_reason: None,
+            server_failures: 0,
+            last_status: None,
+            attempts: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::route::test_patterns::RegexPatterns;
+
+    fn parse(json: &str) -> Result<RecordMeta, CorruptRecord> {
+        let raw: RawRecord = serde_json::from_str(json)
+            .map_err(|e| CorruptRecord::Shape(e.to_string()))?;
+        RecordMeta::from_raw(RecordId(1), raw, Some(0), &RegexPatterns::defaults())
+    }
+
+    #[test]
+    fn a_version_2_record_reads_back() {
+        let m = parse(
+            r#"{"id":1,"method":"post","path":"/projects/p1/tasks","body":null,
+                "contentType":"application/json","timestamp":1700000000000,
+                "ownerId":"alice","workspace":"p1",
+                "idempotencyKey":"0b8f6d3e-6c53-4b1a-9d7e-2f4b5c6d7e8f",
+                "state":"needs-attention","attentionReason":"rejected","lastStatus":422,
+                "serverFailures":2}"#,
+        )
+        .expect("valid");
+        assert_eq!(m.method, "POST");
+        assert_eq!(m.owner.as_deref(), Some("alice"));
+        assert_eq!(m.state, RecordState::NeedsAttention(AttentionReason::Rejected));
+        assert_eq!(m.last_status, Some(422));
+        assert_eq!(m.server_failures, 2);
+    }
+
+    #[test]
+    fn a_version_1_record_becomes_unknown_owner_with_derived_workspace() {
+        let m = parse(
+            r#"{"id":3,"method":"POST","path":"/projects/9/tasks","body":"{\"t\":1}",
+                "timestamp":5}"#,
+        )
+        .expect("valid");
+        assert_eq!(m.owner, None);
+        assert_eq!(m.workspace.as_deref(), Some("9"));
+        assert_eq!(m.key, None);
+        assert_eq!(m.state, RecordState::Queued);
+    }
+
+    #[test]
+    fn wrong_field_types_are_corrupt() {
+        for bad in [
+            r#"{"method":5,"path":"/x","timestamp":1}"#,
+            r#"{"method":"POST","path":["/x"],"timestamp":1}"#,
+            r#"{"method":"POST","path":"/x","timestamp":"yesterday"}"#,
+            r#"{"method":"POST","path":"/x","timestamp":1,"ownerId":7}"#,
+            r#""just a string""#,
+        ] {
+            assert!(matches!(parse(bad), Err(CorruptRecord::Shape(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn invalid_values_are_corrupt_naming_the_field() {
+        let cases = [
+            (r#"{"method":"GET","path":"/x","timestamp":1}"#, "method"),
+            (r#"{"method":"POST","path":"x","timestamp":1}"#, "path"),
+            (r#"{"method":"POST","path":"/x"}"#, "timestamp"),
+            (
+                r#"{"method":"POST","path":"/x","timestamp":1,"idempotencyKey":"k"}"#,
+                "idempotencyKey",
+            ),
+            (
+                r#"{"method":"POST","path":"/x","timestamp":1,"state":"lost"}"#,
+                "state",
+            ),
+            (
+                r#"{"method":"POST","path":"/x","timestamp":1,"state":"needs-attention"}"#,
+                "attentionReason",
+            ),
+            (
+                r#"{"method":"POST","path":"/x","timestamp":1,"serverFailures":-1}"#,
+                "serverFailures",
+            ),
+        ];
+        for (json, field) in cases {
+            assert_eq!(parse(json), Err(CorruptRecord::Field(field)), "{json}");
+        }
+        let raw: RawRecord =
+            serde_json::from_str(r#"{"method":"POST","path":"/x","timestamp":1}"#).expect("ok");
+        assert_eq!(
+            RecordMeta::from_raw(RecordId(1), raw, None, &RegexPatterns::defaults()),
+            Err(CorruptRecord::Field("body"))
+        );
+    }
+
+    #[test]
+    fn mutable_fields_serialise_in_the_stored_shape() {
+        let m = parse(
+            r#"{"method":"PUT","path":"/notes/1","timestamp":1,"state":"needs-attention",
+                "attentionReason":"repeated-5xx","serverFailures":3}"#,
+        )
+        .expect("valid");
+        let v = serde_json::to_value(m.mutable_fields()).expect("serialises");
+        assert_eq!(v["state"], "needs-attention");
+        assert_eq!(v["attentionReason"], "repeated-5xx");
+        assert_eq!(v["serverFailures"], 3);
+        assert!(v["ownerId"].is_null());
+    }
+}

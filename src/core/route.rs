@@ -1,0 +1,220 @@
+//! What is intercepted (contract section 1) and which workspace a write belongs to
+//! (section 3).
+//!
+//! The two patterns of the configuration are JavaScript regular expressions, so in the
+//! browser they are compiled by the browser's own engine (exact JavaScript semantics, no
+//! regex engine shipped in the module). The core only needs "does it match" and "what is
+//! capture group 1", which is the [`Patterns`] trait.
+
+use super::config::Config;
+
+/// The two configured patterns, compiled by whoever hosts the core.
+pub trait Patterns {
+    /// `authRoutePattern`, case-insensitive, against the path and query.
+    fn is_auth_route(&self, path_and_query: &str) -> bool;
+    /// `workspacePattern` against a record path (relative to the API base): group 1.
+    fn workspace(&self, record_path: &str) -> Option<String>;
+}
+
+/// HTTP methods the outbox treats as writes.
+pub const WRITE_METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
+
+pub fn is_write_method(method: &str) -> bool {
+    WRITE_METHODS
+        .iter()
+        .any(|m| m.eq_ignore_ascii_case(method))
+}
+
+/// What the outbox does with a request a page made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestKind {
+    /// Not the outbox's business: the browser handles it.
+    Passthrough,
+    /// GET/HEAD/OPTIONS under the prefix: network only, never cached; 503 offline JSON
+    /// when the network fails.
+    ApiRead,
+    /// An auth route: straight to the network without the outbox's headers, never queued.
+    AuthRoute,
+    /// A write the outbox owns: first attempt, then queue on failure.
+    Write {
+        /// Path and query relative to the API base, as stored in the record.
+        record_path: String,
+        workspace: Option<String>,
+    },
+}
+
+/// Decides the kind of a request from its method, whether it is same-origin, and its
+/// path with query (`/api/projects/1/tasks?x=1`).
+pub fn classify(
+    method: &str,
+    same_origin: bool,
+    path_and_query: &str,
+    config: &Config,
+    patterns: &dyn Patterns,
+) -> RequestKind {
+    if !same_origin || !path_and_query.starts_with(config.api_prefix.as_str()) {
+        return RequestKind::Passthrough;
+    }
+    if patterns.is_auth_route(path_and_query) {
+        return RequestKind::AuthRoute;
+    }
+    if !is_write_method(method) {
+        return RequestKind::ApiRead;
+    }
+    let record_path = record_path(path_and_query, config).to_owned();
+    let workspace = patterns.workspace(&record_path);
+    RequestKind::Write {
+        record_path,
+        workspace,
+    }
+}
+
+/// The record's `path`: the request path and query without the API base (`/api`).
+pub fn record_path<'a>(path_and_query: &'a str, config: &Config) -> &'a str {
+    path_and_query
+        .strip_prefix(config.api_base())
+        .unwrap_or(path_and_query)
+}
+
+/// The URL path a replay is sent to: the API base followed by the record's path.
+pub fn replay_path(record_path: &str, config: &Config) -> String {
+    format!("{}{}", config.api_base(), record_path)
+}
+
+/// Patterns compiled with the `regex` crate: the host-side stand-in for the browser's
+/// RegExp, used by the core's tests (the default patterns mean the same in both).
+#[cfg(test)]
+pub mod test_patterns {
+    use super::*;
+
+    pub struct RegexPatterns {
+        auth: regex::Regex,
+        workspace: regex::Regex,
+    }
+
+    impl RegexPatterns {
+        pub fn new(config: &Config) -> Self {
+            RegexPatterns {
+                auth: regex::RegexBuilder::new(&config.auth_route_pattern)
+                    .case_insensitive(true)
+                    .build()
+                    .expect("auth pattern compiles"),
+                workspace: regex::Regex::new(&config.workspace_pattern)
+                    .expect("workspace pattern compiles"),
+            }
+        }
+
+        pub fn defaults() -> Self {
+            Self::new(&Config::default())
+        }
+    }
+
+    impl Patterns for RegexPatterns {
+        fn is_auth_route(&self, path_and_query: &str) -> bool {
+            self.auth.is_match(path_and_query)
+        }
+        fn workspace(&self, record_path: &str) -> Option<String> {
+            self.workspace
+                .captures(record_path)
+                .and_then(|c| c.get(1))
+                .map(|m| m.as_str().to_owned())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_patterns::RegexPatterns;
+    use super::*;
+
+    fn kind(method: &str, path: &str) -> RequestKind {
+        classify(
+            method,
+            true,
+            path,
+            &Config::default(),
+            &RegexPatterns::defaults(),
+        )
+    }
+
+    #[test]
+    fn writes_under_the_prefix_are_the_outboxs() {
+        for m in ["POST", "PUT", "PATCH", "DELETE", "post", "Patch"] {
+            assert_eq!(
+                kind(m, "/api/projects/42/tasks?x=1"),
+                RequestKind::Write {
+                    record_path: "/projects/42/tasks?x=1".into(),
+                    workspace: Some("42".into())
+                },
+                "{m}"
+            );
+        }
+        assert_eq!(
+            kind("POST", "/api/notes"),
+            RequestKind::Write {
+                record_path: "/notes".into(),
+                workspace: None
+            }
+        );
+    }
+
+    #[test]
+    fn reads_are_network_only() {
+        for m in ["GET", "HEAD", "OPTIONS"] {
+            assert_eq!(kind(m, "/api/projects/1/tasks"), RequestKind::ApiRead);
+        }
+    }
+
+    #[test]
+    fn auth_routes_are_detected_case_insensitively() {
+        for p in [
+            "/api/auth",
+            "/api/auth/",
+            "/api/auth/login",
+            "/api/auth?next=1",
+            "/api/AUTH/me",
+            "/api/Auth/logout",
+        ] {
+            assert_eq!(kind("POST", p), RequestKind::AuthRoute, "{p}");
+        }
+        assert!(RegexPatterns::defaults().is_auth_route("/API/AUTH/me"));
+        assert_eq!(kind("GET", "/api/auth/me"), RequestKind::AuthRoute);
+        assert_ne!(kind("POST", "/api/authors"), RequestKind::AuthRoute);
+        assert_ne!(kind("POST", "/api/authentic/x"), RequestKind::AuthRoute);
+    }
+
+    #[test]
+    fn outside_the_prefix_or_origin_is_passthrough() {
+        assert_eq!(kind("POST", "/apix/tasks"), RequestKind::Passthrough);
+        assert_eq!(kind("POST", "/index.html"), RequestKind::Passthrough);
+        assert_eq!(kind("GET", "/api"), RequestKind::Passthrough);
+        let c = Config::default();
+        assert_eq!(
+            classify(
+                "POST",
+                false,
+                "/api/notes",
+                &c,
+                &RegexPatterns::defaults()
+            ),
+            RequestKind::Passthrough
+        );
+    }
+
+    #[test]
+    fn workspace_is_the_first_segment_after_projects() {
+        let p = RegexPatterns::defaults();
+        assert_eq!(p.workspace("/projects/a-b/tasks/3"), Some("a-b".into()));
+        assert_eq!(p.workspace("/projects/7?x=1"), Some("7".into()));
+        assert_eq!(p.workspace("/projects/"), None);
+        assert_eq!(p.workspace("/notes/projects/1"), None);
+        assert_eq!(p.workspace("/projectsx/1"), None);
+    }
+
+    #[test]
+    fn replay_path_restores_the_base() {
+        let c = Config::default();
+        assert_eq!(replay_path("/projects/1/tasks?a=b", &c), "/api/projects/1/tasks?a=b");
+        assert_eq!(record_path("/api/notes", &c), "/notes");
+    }
+}

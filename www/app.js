@@ -1,0 +1,443 @@
+// The sw-outbox demo PWA: two projects, account-level notes, and an outbox panel.
+// Plain DOM code on purpose: the point is to show what a page must do around the
+// outbox worker (session, CSRF, result handling, recovery), not a framework.
+import { registerOutbox } from './outbox-client.js';
+
+const PROJECTS = { p1: 'Website', p2: 'Mobile app' };
+const NEEDS_ATTENTION = new Set(['outcome-unknown', 'key-reused', 'rejected', 'repeated-5xx', 'expired']);
+const REMEMBERED_USER = 'sw-outbox-demo:user';
+
+const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
+
+const state = {
+  user: null,           // {id} of the signed-in account
+  csrf: null,           // the session's CSRF token, sent on every write
+  client: null,         // OutboxClient, once the worker controls the page
+  reachable: null,      // 'online' | 'unreachable' | null (not known yet)
+  tasks: { p1: [], p2: [] },
+  notes: [],
+  records: [],          // QUEUE_STATE records
+  blocked: new Map(),   // id -> entry of the last MUTATIONS_BLOCKED
+  pending: [],          // {recordId, kind, pid?, text}: what the page queued, to show in lists
+};
+
+/** The handle tests use; `client` is set once the page is controlled. */
+const demo = { client: null, state, lastResult: null, sessionSynced: false, api, refreshOutbox, loadData };
+window.demo = demo;
+
+// ---------- small DOM helpers ----------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v == null || v === false) continue;
+    if (k === 'class') node.className = v;
+    else if (k.startsWith('on')) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? '' : v);
+  }
+  node.append(...children.flat().filter((c) => c != null));
+  return node;
+}
+
+function message(text, isError = false) {
+  const m = $('session-message');
+  m.textContent = text;
+  m.classList.toggle('error', isError);
+}
+
+// ---------- network ----------
+
+/**
+ * One API call. Writes carry the CSRF token and the expected account, so the server
+ * (and the worker, on replay) can refuse a write that would land in the wrong account.
+ */
+async function api(method, path, body) {
+  const isWrite = method !== 'GET';
+  const headers = {};
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (isWrite && state.csrf) headers['X-CSRF-Token'] = state.csrf;
+  if (isWrite && state.user && !path.startsWith('/api/auth/')) headers['X-PM-Expected-Account'] = state.user.id;
+  let res;
+  try {
+    res = await fetch(path, {
+      method, headers, credentials: 'same-origin', cache: 'no-store',
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (err) {
+    // Without a worker (or for auth routes) a dead network is a thrown fetch.
+    setReachable('unreachable');
+    return { status: 0, body: { error: err.message }, networkError: true };
+  }
+  const text = await res.text();
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch { json = { raw: text }; }
+  const offline = (res.status === 503 && json?.error === 'offline') || (res.status === 202 && json?.queued === true);
+  setReachable(offline ? 'unreachable' : 'online');
+  return { status: res.status, body: json };
+}
+
+function setReachable(value) {
+  state.reachable = value;
+  renderNet();
+}
+
+function renderNet() {
+  const pill = $('net-status');
+  let [s, text] = ['unknown', 'checking…'];
+  if (!navigator.onLine) [s, text] = ['offline', 'offline'];
+  else if (state.reachable === 'unreachable') [s, text] = ['unreachable', 'server unreachable: writes are queued'];
+  else if (state.reachable === 'online') [s, text] = ['online', 'online'];
+  pill.dataset.state = s;
+  pill.textContent = text;
+}
+
+// ---------- writes and their results ----------
+
+/** Sends a write and shows its outcome: applied, queued (with its key) or refused. */
+async function write(label, method, path, body, pendingEntry) {
+  const r = await api(method, path, body);
+  demo.lastResult = { label, method, path, ...r };
+  let outcome; let detail;
+  if (r.status === 202 && r.body?.queued === true) {
+    outcome = 'queued';
+    detail = [`queued as #${r.body.id}, key `, el('code', { class: 'key', 'data-testid': 'result-key' }, r.body.idempotencyKey)];
+    if (pendingEntry) state.pending.push({ ...pendingEntry, recordId: r.body.id });
+  } else if (r.status >= 200 && r.status < 300) {
+    outcome = 'applied';
+    detail = `applied (${r.status})`;
+  } else if (r.body?.queued === false) {
+    outcome = 'refused';
+    detail = `refused (${r.status}): ${r.body.error ?? 'not stored'}`;
+  } else {
+    outcome = 'failed';
+    detail = r.status === 0 ? `failed: ${r.body.error}` : `failed (${r.status}): ${r.body?.detail ?? r.body?.error ?? ''}`;
+  }
+  const log = $('write-log');
+  log.prepend(el('li', { class: outcome, 'data-testid': 'write-result', 'data-outcome': outcome },
+    el('strong', {}, label), ': ', detail));
+  while (log.children.length > 30) log.lastChild.remove();
+  return r;
+}
+
+// ---------- data ----------
+
+async function loadData() {
+  if (!state.user) return;
+  const [p1, p2, notes] = await Promise.all([
+    api('GET', '/api/projects/p1/tasks'), api('GET', '/api/projects/p2/tasks'), api('GET', '/api/notes'),
+  ]);
+  // Offline, keep showing the last lists rather than blanking them.
+  if (p1.status === 200) state.tasks.p1 = p1.body.tasks ?? [];
+  if (p2.status === 200) state.tasks.p2 = p2.body.tasks ?? [];
+  if (notes.status === 200) state.notes = notes.body.notes ?? [];
+  renderLists();
+}
+
+function renderLists() {
+  for (const pid of Object.keys(PROJECTS)) {
+    renderList($(`task-list-${pid}`), state.tasks[pid].map((t) => t.title),
+      state.pending.filter((p) => p.kind === 'task' && p.pid === pid), 'task', 'No tasks yet');
+  }
+  renderList($('note-list'), state.notes.map((n) => n.text),
+    state.pending.filter((p) => p.kind === 'note'), 'note', 'No notes yet');
+}
+
+function renderList(list, texts, pending, testid, emptyText) {
+  list.replaceChildren(
+    ...texts.map((t) => el('li', { 'data-testid': testid }, t)),
+    ...pending.map((p) => el('li', { class: 'pending', 'data-testid': `${testid}-pending` }, `${p.text} (queued)`)),
+  );
+  if (!list.children.length) list.append(el('li', { class: 'empty' }, emptyText));
+}
+
+// ---------- session ----------
+
+function renderSession() {
+  const signedIn = Boolean(state.user);
+  $('login-form').hidden = signedIn;
+  $('signed-in').hidden = !signedIn;
+  $('workspace').hidden = !signedIn;
+  $('signout-dialog').hidden = true;
+  $('user-name').textContent = state.user?.id ?? '';
+}
+
+async function setUser(user, csrf) {
+  state.user = user;
+  state.csrf = csrf;
+  if (user) localStorage.setItem(REMEMBERED_USER, user.id);
+  else localStorage.removeItem(REMEMBERED_USER);
+  renderSession();
+  if (user) {
+    loadData();
+    await syncSession();
+  }
+}
+
+/** Binds the worker to the signed-in account and sends what it queued (contract 7). */
+async function syncSession() {
+  if (!state.client || !state.user) return;
+  try {
+    const r = await state.client.signedIn(state.user.id);
+    demo.sessionSynced = true;
+    if (!r.ok) message(`Outbox: ${r.command} refused: ${r.reason}`, true);
+  } catch (err) {
+    message(err.message, true);
+  }
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const form = event.target;
+  const userId = form.userId.value.trim();
+  const r = await api('POST', '/api/auth/login', { userId, password: form.password.value });
+  if (r.status === 200 && r.body?.user?.id) {
+    form.reset();
+    message('');
+    await setUser(r.body.user, r.body.csrfToken ?? null);
+  } else if (r.status === 401) {
+    message('Wrong account or password.', true);
+  } else {
+    message('Cannot sign in right now (the server is unreachable). Signing in needs the network.', true);
+  }
+}
+
+/** Sign-out warns first when this device still holds unsent work. */
+async function signOutClicked() {
+  if (state.client) {
+    try {
+      const { records = [] } = await state.client.list();
+      if (records.length) {
+        $('signout-count').textContent = String(records.length);
+        $('signout-dialog').hidden = false;
+        return;
+      }
+    } catch (err) {
+      message(err.message, true);
+    }
+  }
+  await signOut();
+}
+
+async function signOut() {
+  const r = await api('POST', '/api/auth/logout');
+  if (r.status !== 200) message('Signed out on this device; the server could not be told (offline).');
+  else message('Signed out.');
+  if (state.client) await state.client.authSession(null).catch((err) => message(err.message, true));
+  state.tasks = { p1: [], p2: [] };
+  state.notes = [];
+  state.pending = [];
+  await setUser(null, null);
+  demo.sessionSynced = false;
+  refreshOutbox();
+}
+
+async function sendFirst() {
+  const r = await state.client.flush().catch((err) => ({ ok: false, reason: err.message }));
+  const { records = [] } = await state.client.list().catch(() => ({}));
+  if (r.ok && records.length === 0) return signOut();
+  $('signout-count').textContent = String(records.length);
+  message(r.ok ? `${records.length} change(s) could not be sent; see the outbox.` : `Could not send: ${r.reason}`, true);
+}
+
+async function clearDevice() {
+  const r = await state.client.clearDevice().catch((err) => ({ ok: false, reason: err.message }));
+  if (!r.ok) return message(`Could not clear this device: ${r.reason}`, true);
+  await signOut();
+}
+
+// ---------- outbox panel ----------
+
+const REASONS = {
+  'auth-route': () => 'a sign-in request; these are never replayed',
+  'no-session': () => 'nobody is signed in; sign in to send it',
+  'unknown-owner': () => 'queued while signed out: no account is recorded for it',
+  'owner-mismatch': (r) => `belongs to another account (${r.ownerId})`,
+  'outcome-unknown': () => 'the server may or may not have applied this',
+  'key-reused': () => 'the server already saw its key with a different request',
+  'rejected': (r) => `the server rejected it (status ${r.attentionStatus ?? r.status ?? r.lastStatus ?? '4xx'})`,
+  'repeated-5xx': () => 'the server failed on it repeatedly (5xx)',
+  'expired': () => 'older than 7 days: never sent automatically',
+  'workspace-order': (r) => (r.workspace ? 'waiting for an earlier change in this project' : 'waiting for an earlier change'),
+  'corrupt-record': () => 'the stored record is damaged and cannot be sent',
+};
+
+/** A reason code in plain words. */
+function explain(reason, record = {}) {
+  return REASONS[reason]?.(record) ?? reason;
+}
+
+let refreshing = null;
+let refreshAgain = false;
+
+/** Re-reads the queue; coalesces bursts of reports into one LIST_QUEUE at a time. */
+async function refreshOutbox() {
+  if (!state.client) return renderOutbox();
+  if (refreshing) { refreshAgain = true; return refreshing; }
+  refreshing = (async () => {
+    do {
+      refreshAgain = false;
+      try {
+        const qs = await state.client.list();
+        state.records = qs.records ?? [];
+      } catch (err) {
+        $('outbox-summary').textContent = err.message;
+      }
+    } while (refreshAgain);
+    const ids = new Set(state.records.map((r) => r.id));
+    state.pending = state.pending.filter((p) => ids.has(p.recordId));
+    renderOutbox();
+    renderLists();
+  })().finally(() => { refreshing = null; });
+  return refreshing;
+}
+
+function renderOutbox() {
+  $('outbox-count').textContent = String(state.records.length);
+  const list = $('outbox-list');
+  list.replaceChildren(...state.records.map(renderRecord));
+  if (!state.records.length) list.append(el('li', { class: 'empty' }, 'Nothing waiting.'));
+}
+
+function renderRecord(rec) {
+  const blocked = state.blocked.get(rec.id);
+  const info = { ...rec, ...blocked };
+  const reason = rec.state === 'needs-attention' ? (rec.attentionReason ?? blocked?.reason) : blocked?.reason;
+  const where = rec.workspace ? (PROJECTS[rec.workspace] ?? `project ${rec.workspace}`) : 'account-level';
+  const user = state.user?.id;
+  const buttons = [];
+  if (reason === 'unknown-owner' && user) {
+    buttons.push(action(`adopt-${rec.id}`, `Adopt as ${user}`, () => state.client.adopt(user, [rec.id])));
+  }
+  if (rec.state === 'needs-attention' && NEEDS_ATTENTION.has(reason) && user && rec.ownerId === user) {
+    buttons.push(action(`retry-${rec.id}`, 'Retry as new', () => state.client.retry(rec.id, user)));
+    buttons.push(action(`discard-${rec.id}`, 'Discard', () => state.client.discard(rec.id, user), 'danger'));
+  }
+  return el('li', {
+    'data-testid': `record-${rec.id}`, 'data-state': rec.state, 'data-blocked': String(Boolean(blocked)),
+    'data-reason': reason ?? '',
+  },
+  el('span', { class: 'meta' }, `#${rec.id} ${rec.method} /api${rec.path}`),
+  el('span', { class: 'muted' }, `${where} · ${rec.ownerId ?? 'no account'} · ${new Date(rec.timestamp).toLocaleTimeString()}`),
+  el('span', { class: 'reason', 'data-testid': `reason-${rec.id}` }, reason ? explain(reason, info) : 'waiting to be sent'),
+  buttons.length ? el('div', { class: 'row' }, buttons) : null);
+}
+
+function action(testid, label, run, cls = 'secondary') {
+  return el('button', {
+    type: 'button', class: cls, 'data-testid': testid,
+    onclick: async (e) => {
+      e.target.disabled = true;
+      const r = await run().catch((err) => ({ ok: false, reason: err.message }));
+      $('outbox-summary').textContent = r.ok ? `${label}: done` : `${label} refused: ${r.reason}`;
+      refreshOutbox();
+    },
+  }, label);
+}
+
+function onReport(m) {
+  if (m.type === 'MUTATIONS_BLOCKED') {
+    state.blocked = new Map((m.blocked ?? []).map((b) => [b.id, b]));
+  } else if (m.type === 'MUTATIONS_REPLAYED') {
+    $('outbox-summary').textContent = `Sent ${m.count} change(s); nothing left.`;
+    setReachable('online');
+    loadData();
+  } else if (m.type === 'MUTATIONS_PARTIAL') {
+    $('outbox-summary').textContent = `Sent ${m.replayed}; ${m.remaining} still waiting.`;
+    loadData();
+  }
+  refreshOutbox();
+}
+
+async function sendNow() {
+  if (!state.client) return;
+  const r = await state.client.flush().catch((err) => ({ ok: false, reason: err.message }));
+  if (!r.ok) $('outbox-summary').textContent = `Send refused: ${r.reason}`;
+  refreshOutbox();
+}
+
+// ---------- demo-mode outage switch ----------
+
+/** Shows the outage toggle only where the server has its /__control/ routes. */
+async function probeControl() {
+  const res = await fetch('/__control/applied', { cache: 'no-store' }).catch(() => null);
+  if (!res?.ok) return;
+  $('outage').hidden = false;
+  $('outage-toggle').addEventListener('change', async (e) => {
+    const down = e.target.checked;
+    await fetch('/__control/network', {
+      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ down }),
+    });
+    // The device never went offline, so no `online` event will come: send what waits.
+    if (!down) { setReachable('online'); sendNow(); loadData(); }
+  });
+}
+
+// ---------- start ----------
+
+async function startOutbox() {
+  const status = $('worker-status');
+  try {
+    const client = await registerOutbox();
+    state.client = demo.client = client;
+    client.on('*', (m) => { if (m.type !== 'COMMAND_RESULT' && m.type !== 'QUEUE_STATE') onReport(m); });
+    status.dataset.state = 'online';
+    status.textContent = 'outbox: active';
+    await syncSession();
+    refreshOutbox();
+  } catch (err) {
+    status.dataset.state = 'offline';
+    status.textContent = 'outbox: unavailable';
+    status.title = err.message;
+    console.warn(err);
+  }
+}
+
+async function boot() {
+  $('login-form').addEventListener('submit', signIn);
+  $('sign-out').addEventListener('click', signOutClicked);
+  $('signout-send-first').addEventListener('click', sendFirst);
+  $('signout-clear').addEventListener('click', clearDevice);
+  $('signout-keep').addEventListener('click', signOut);
+  $('signout-cancel').addEventListener('click', () => { $('signout-dialog').hidden = true; });
+  $('outbox-flush').addEventListener('click', sendNow);
+  for (const pid of Object.keys(PROJECTS)) {
+    $(`task-form-${pid}`).addEventListener('submit', async (e) => {
+      e.preventDefault();
+      const title = e.target.title.value.trim();
+      e.target.reset();
+      const r = await write(`Task in ${PROJECTS[pid]}`, 'POST', `/api/projects/${pid}/tasks`, { title }, { kind: 'task', pid, text: title });
+      if (r.status >= 200 && r.status < 300 && !r.body?.queued) loadData();
+      else renderLists();
+    });
+  }
+  $('note-form').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    const text = e.target.text.value.trim();
+    e.target.reset();
+    const r = await write('Note', 'POST', '/api/notes', { text }, { kind: 'note', text });
+    if (r.status >= 200 && r.status < 300 && !r.body?.queued) loadData();
+    else renderLists();
+  });
+  addEventListener('online', () => { renderNet(); loadData(); });
+  addEventListener('offline', renderNet);
+  renderNet();
+  renderOutbox();
+  probeControl();
+
+  const outbox = startOutbox();
+  const me = await api('GET', '/api/auth/me');
+  if (me.status === 200 && me.body?.user?.id) {
+    await setUser(me.body.user, me.body.csrfToken ?? null);
+  } else if (me.status === 401) {
+    await setUser(null, null);
+  } else {
+    // Offline start: keep working as the last account; writes queue and the worker
+    // re-checks the session with the server before replaying anything.
+    const remembered = localStorage.getItem(REMEMBERED_USER);
+    await setUser(remembered ? { id: remembered } : null, null);
+    if (remembered) message(`Offline: showing the last session (${remembered}).`);
+  }
+  await outbox;
+}
+
+demo.ready = boot();
