@@ -85,7 +85,9 @@ function renderNet() {
   const pill = $('net-status');
   let [s, text] = ['unknown', 'checking…'];
   if (!navigator.onLine) [s, text] = ['offline', 'offline'];
-  else if (state.reachable === 'unreachable') [s, text] = ['unreachable', 'server unreachable: writes are queued'];
+  else if (state.reachable === 'unreachable') {
+    [s, text] = ['unreachable', state.client ? 'server unreachable: writes are queued' : 'server unreachable'];
+  }
   else if (state.reachable === 'online') [s, text] = ['online', 'online'];
   pill.dataset.state = s;
   pill.textContent = text;
@@ -338,9 +340,12 @@ function onReport(m) {
   if (m.type === 'MUTATIONS_BLOCKED') {
     state.blocked = new Map((m.blocked ?? []).map((b) => [b.id, b]));
   } else if (m.type === 'MUTATIONS_REPLAYED') {
-    $('outbox-summary').textContent = `Sent ${m.count} change(s); nothing left.`;
-    setReachable('online');
-    loadData();
+    // An empty flush proves nothing about the network; a replay does.
+    if (m.count > 0) {
+      $('outbox-summary').textContent = `Sent ${m.count} change(s); nothing left.`;
+      setReachable('online');
+      loadData();
+    }
   } else if (m.type === 'MUTATIONS_PARTIAL') {
     $('outbox-summary').textContent = `Sent ${m.replayed}; ${m.remaining} still waiting.`;
     loadData();

@@ -69,9 +69,12 @@ async function stopServer(child) {
 /**
  * Starts a server and a browser. Call `close()` at the end (in `after`).
  * @param {{requireWorker?: boolean, www?: string}} [options] `requireWorker: false` lets a
- *   test drive the page without the WASM worker (page-only checks).
+ *   test drive the page without the WASM worker (page-only checks); `www` (default: env
+ *   SW_OUTBOX_WWW, else <repo>/www) is the directory the server serves.
  */
-export async function startHarness({ requireWorker = true, www = join(repoRoot, 'www') } = {}) {
+export async function startHarness({
+  requireWorker = true, www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www'),
+} = {}) {
   const serverBin = resolve(repoRoot, process.env.SW_OUTBOX_SERVER_BIN || 'target/release/sw-outbox-server');
   checkPrerequisites({ serverBin, www, requireWorker });
 

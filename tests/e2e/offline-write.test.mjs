@@ -9,8 +9,7 @@ let h;
 before(async () => { h = await startHarness(); });
 after(async () => { await h?.close(); });
 
-test('an offline write is queued, then replayed exactly once under its account', async (t) => {
-  t.after(() => { if (t.failed ?? false) console.error(h.diagnostics()); });
+test('an offline write is queued, then replayed exactly once under its account', async () => {
   try {
     const page = await h.openDemo();
     await signInThroughUi(page, 'alice');
