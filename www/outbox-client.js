@@ -235,7 +235,10 @@ export class OutboxClient {
   }
 }
 
-/** Resolves when `check()` holds, re-checking on the given events; rejects after `timeoutMs` with `what()`. */
+/**
+ * Resolves when `check()` holds, re-checking on the given events; rejects when it throws,
+ * or after `timeoutMs` with `what()`.
+ */
 function waitUntil(check, targets, timeoutMs, what) {
   return new Promise((resolve, reject) => {
     const cleanups = [];
@@ -244,7 +247,9 @@ function waitUntil(check, targets, timeoutMs, what) {
       cleanups.forEach((c) => c());
       fn(value);
     };
-    const test = () => { if (check()) done(resolve); };
+    const test = () => {
+      try { if (check()) done(resolve); } catch (err) { done(reject, err); }
+    };
     const timer = setTimeout(() => done(reject, new Error(`outbox: ${what()} within ${timeoutMs} ms`)), timeoutMs);
     for (const [target, event] of targets) {
       target.addEventListener(event, test);
@@ -297,7 +302,13 @@ export async function registerOutbox({
     follow();
     try {
       await waitUntil(
-        () => registration.active?.state === 'activated' && container.controller !== null,
+        () => {
+          // A worker whose script throws or whose install fails goes straight to redundant.
+          if (!newest() && watched?.state === 'redundant') {
+            throw new Error(`outbox: the worker at ${scriptUrl} failed to install (see its console)`);
+          }
+          return registration.active?.state === 'activated' && container.controller !== null;
+        },
         [[stateTarget, 'change'], [container, 'controllerchange']],
         timeoutMs,
         () => (registration.active?.state === 'activated'
