@@ -194,7 +194,7 @@ pub fn expire(record: &RecordMeta, now_ms: u64, config: &Config) -> Option<Recor
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use crate::core::record::RecordId;
@@ -234,7 +234,10 @@ mod tests {
         for s in [200, 201, 204, 299] {
             assert_eq!(answer(s, json!({}), None), Verdict::Replayed);
         }
-        assert_eq!(settle(&record(), &Verdict::Replayed, &Config::default()), Settlement::Delete);
+        assert_eq!(
+            settle(&record(), &Verdict::Replayed, &Config::default()),
+            Settlement::Delete
+        );
     }
 
     #[test]
@@ -242,7 +245,10 @@ mod tests {
         let v = answer(401, json!({"detail":"not_signed_in"}), None);
         assert_eq!(v, Verdict::SignedOut);
         assert!(v.stops_flush());
-        assert_eq!(settle(&record(), &v, &Config::default()), Settlement::Unchanged);
+        assert_eq!(
+            settle(&record(), &v, &Config::default()),
+            Settlement::Unchanged
+        );
     }
 
     #[test]
@@ -250,7 +256,10 @@ mod tests {
         let v = answer(409, json!({"detail":"idempotency_in_progress"}), None);
         assert_eq!(v, Verdict::InProgress);
         assert!(!v.stops_flush());
-        assert_eq!(settle(&record(), &v, &Config::default()), Settlement::Unchanged);
+        assert_eq!(
+            settle(&record(), &v, &Config::default()),
+            Settlement::Unchanged
+        );
     }
 
     #[test]
@@ -279,11 +288,17 @@ mod tests {
     fn row_422_key_reused() {
         assert_eq!(
             answer(422, json!({"detail":"idempotency_key_reused"}), None),
-            Verdict::Attention { reason: AttentionReason::KeyReused, status: 422 }
+            Verdict::Attention {
+                reason: AttentionReason::KeyReused,
+                status: 422
+            }
         );
         assert_eq!(
             answer(422, json!({"code":"idempotency_key_reused"}), None),
-            Verdict::Attention { reason: AttentionReason::KeyReused, status: 422 }
+            Verdict::Attention {
+                reason: AttentionReason::KeyReused,
+                status: 422
+            }
         );
     }
 
@@ -291,19 +306,35 @@ mod tests {
     fn row_429_and_503_with_retry_after_stop_the_flush() {
         assert_eq!(
             answer(429, json!({}), Some("7")),
-            Verdict::RetryLater { after_ms: Some(7_000) }
+            Verdict::RetryLater {
+                after_ms: Some(7_000)
+            }
         );
-        assert_eq!(answer(429, json!({}), None), Verdict::RetryLater { after_ms: None });
+        assert_eq!(
+            answer(429, json!({}), None),
+            Verdict::RetryLater { after_ms: None }
+        );
         let v = answer(503, json!({}), Some("2"));
-        assert_eq!(v, Verdict::RetryLater { after_ms: Some(2_000) });
+        assert_eq!(
+            v,
+            Verdict::RetryLater {
+                after_ms: Some(2_000)
+            }
+        );
         assert!(v.stops_flush());
-        assert_eq!(settle(&record(), &v, &Config::default()), Settlement::Unchanged);
+        assert_eq!(
+            settle(&record(), &v, &Config::default()),
+            Settlement::Unchanged
+        );
     }
 
     #[test]
     fn row_other_5xx_counts_to_repeated_5xx() {
         let c = Config::default();
-        assert_eq!(answer(503, json!({}), None), Verdict::ServerFailure { status: 503 });
+        assert_eq!(
+            answer(503, json!({}), None),
+            Verdict::ServerFailure { status: 503 }
+        );
         let v = answer(500, json!({}), None);
         assert_eq!(v, Verdict::ServerFailure { status: 500 });
         assert!(!v.stops_flush());
@@ -327,15 +358,37 @@ mod tests {
     fn row_other_4xx_is_rejected_with_its_status() {
         for s in [400, 403, 404, 409, 410, 413, 422] {
             let v = answer(s, json!({"detail":"nope"}), None);
-            assert_eq!(v, Verdict::Attention { reason: AttentionReason::Rejected, status: s });
+            assert_eq!(
+                v,
+                Verdict::Attention {
+                    reason: AttentionReason::Rejected,
+                    status: s
+                }
+            );
             let Settlement::Update(r) = settle(&record(), &v, &Config::default()) else {
                 panic!("must update");
             };
             assert_eq!(r.last_status, Some(s));
-            assert_eq!(r.state, RecordState::NeedsAttention(AttentionReason::Rejected));
+            assert_eq!(
+                r.state,
+                RecordState::NeedsAttention(AttentionReason::Rejected)
+            );
         }
-        let v = classify(Some(ReplayAnswer { status: 400, retry_after: None, body: None }), 0);
-        assert_eq!(v, Verdict::Attention { reason: AttentionReason::Rejected, status: 400 });
+        let v = classify(
+            Some(ReplayAnswer {
+                status: 400,
+                retry_after: None,
+                body: None,
+            }),
+            0,
+        );
+        assert_eq!(
+            v,
+            Verdict::Attention {
+                reason: AttentionReason::Rejected,
+                status: 400
+            }
+        );
     }
 
     #[test]
@@ -343,7 +396,10 @@ mod tests {
         let v = classify(None, 0);
         assert_eq!(v, Verdict::NetworkFailure);
         assert!(v.stops_flush());
-        assert_eq!(settle(&record(), &v, &Config::default()), Settlement::Unchanged);
+        assert_eq!(
+            settle(&record(), &v, &Config::default()),
+            Settlement::Unchanged
+        );
     }
 
     #[test]
@@ -352,7 +408,10 @@ mod tests {
         let r = record();
         assert_eq!(expire(&r, r.timestamp + c.max_retention_ms, &c), None);
         let e = expire(&r, r.timestamp + c.max_retention_ms + 1, &c).expect("expires");
-        assert_eq!(e.state, RecordState::NeedsAttention(AttentionReason::Expired));
+        assert_eq!(
+            e.state,
+            RecordState::NeedsAttention(AttentionReason::Expired)
+        );
         assert_eq!(expire(&e, u64::MAX, &c), None, "already needs attention");
     }
 
@@ -361,11 +420,30 @@ mod tests {
         assert_eq!(parse_retry_after("120", 0), Some(120_000));
         assert_eq!(parse_retry_after(" 0 ", 0), Some(0));
         let at = 784_111_777_000; // Sun, 06 Nov 1994 08:49:37 GMT
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", at - 5_000), Some(5_000));
-        assert_eq!(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", at + 1), Some(0));
-        assert_eq!(parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", 0), Some(0));
-        assert_eq!(parse_retry_after("Wed, 02 Dec 2026 16:00:00 GMT", 0), Some(1_796_227_200_000));
-        for bad in ["", "-1", "soon", "1.5", "Sun, 06 Nov 1994 08:49:37 PST", "Sun, 32 Nov 1994 08:49:37 GMT"] {
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", at - 5_000),
+            Some(5_000)
+        );
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", at + 1),
+            Some(0)
+        );
+        assert_eq!(
+            parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", 0),
+            Some(0)
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 02 Dec 2026 16:00:00 GMT", 0),
+            Some(1_796_227_200_000)
+        );
+        for bad in [
+            "",
+            "-1",
+            "soon",
+            "1.5",
+            "Sun, 06 Nov 1994 08:49:37 PST",
+            "Sun, 32 Nov 1994 08:49:37 GMT",
+        ] {
             assert_eq!(parse_retry_after(bad, 0), None, "{bad}");
         }
     }

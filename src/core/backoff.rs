@@ -84,7 +84,7 @@ impl Backoff {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -92,7 +92,13 @@ mod tests {
     #[test]
     fn retry_after_holds_every_trigger() {
         let b = Backoff::default().after(FlushEnd::RetryAfter(Some(5_000)), 1_000, 0.5);
-        for t in [Trigger::Page, Trigger::Sync, Trigger::Online, Trigger::Start, Trigger::Recovery] {
+        for t in [
+            Trigger::Page,
+            Trigger::Sync,
+            Trigger::Online,
+            Trigger::Start,
+            Trigger::Recovery,
+        ] {
             assert!(!b.may_flush(t, 5_999), "{t:?}");
             assert!(b.may_flush(t, 6_000), "{t:?}");
         }

@@ -114,15 +114,21 @@ impl SyntheticAnswer {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
 
     #[test]
     fn owner_prefers_the_page_header_then_the_session() {
-        assert_eq!(capture_owner(Some("bob"), Some("alice")).as_deref(), Some("bob"));
+        assert_eq!(
+            capture_owner(Some("bob"), Some("alice")).as_deref(),
+            Some("bob")
+        );
         assert_eq!(capture_owner(None, Some("alice")).as_deref(), Some("alice"));
-        assert_eq!(capture_owner(Some("  "), Some("alice")).as_deref(), Some("alice"));
+        assert_eq!(
+            capture_owner(Some("  "), Some("alice")).as_deref(),
+            Some("alice")
+        );
         assert_eq!(capture_owner(None, None), None);
         assert_eq!(capture_owner(None, Some("")), None);
     }

@@ -52,7 +52,7 @@ pub fn confirms(identity: &Identity, owner: &str) -> bool {
     matches!(identity, Identity::SignedIn { user, .. } if user == owner)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use serde_json::json;
@@ -62,23 +62,41 @@ mod tests {
         let b = json!({"user":{"id":"alice"},"csrfToken":"t1"});
         assert_eq!(
             read_identity(200, Some(&b), Some("t2")),
-            Identity::SignedIn { user: "alice".into(), csrf: Some("t1".into()) }
+            Identity::SignedIn {
+                user: "alice".into(),
+                csrf: Some("t1".into())
+            }
         );
         let b = json!({"user":{"id":"alice"}});
         assert_eq!(
             read_identity(200, Some(&b), Some("t2")),
-            Identity::SignedIn { user: "alice".into(), csrf: Some("t2".into()) }
+            Identity::SignedIn {
+                user: "alice".into(),
+                csrf: Some("t2".into())
+            }
         );
         assert_eq!(
             read_identity(200, Some(&b), None),
-            Identity::SignedIn { user: "alice".into(), csrf: None }
+            Identity::SignedIn {
+                user: "alice".into(),
+                csrf: None
+            }
         );
     }
 
     #[test]
     fn no_string_user_id_means_signed_out() {
-        for b in [json!({"user":null}), json!({"user":{"id":5}}), json!({}), json!({"user":{"id":""}})] {
-            assert_eq!(read_identity(200, Some(&b), None), Identity::SignedOut, "{b}");
+        for b in [
+            json!({"user":null}),
+            json!({"user":{"id":5}}),
+            json!({}),
+            json!({"user":{"id":""}}),
+        ] {
+            assert_eq!(
+                read_identity(200, Some(&b), None),
+                Identity::SignedOut,
+                "{b}"
+            );
         }
         assert_eq!(read_identity(200, None, None), Identity::SignedOut);
         assert_eq!(read_identity(401, None, None), Identity::SignedOut);
@@ -87,13 +105,19 @@ mod tests {
     #[test]
     fn other_statuses_are_unavailable() {
         for s in [204, 302, 403, 409, 500, 503] {
-            assert_eq!(read_identity(s, None, None), Identity::Unavailable { status: s });
+            assert_eq!(
+                read_identity(s, None, None),
+                Identity::Unavailable { status: s }
+            );
         }
     }
 
     #[test]
     fn confirmation_needs_the_same_account() {
-        let alice = Identity::SignedIn { user: "alice".into(), csrf: None };
+        let alice = Identity::SignedIn {
+            user: "alice".into(),
+            csrf: None,
+        };
         assert!(confirms(&alice, "alice"));
         assert!(!confirms(&alice, "bob"));
         assert!(!confirms(&Identity::SignedOut, "alice"));

@@ -10,4 +10,5 @@ pub mod identity;
 pub mod key;
 pub mod planner;
 pub mod record;
+pub mod recovery;
 pub mod route;

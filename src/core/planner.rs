@@ -225,7 +225,9 @@ impl Replay {
                         None => all_owned,
                     };
                     match ahead {
-                        Gate::Closed => (Decision::Blocked(BlockReason::WorkspaceOrder), Gate::Closed),
+                        Gate::Closed => {
+                            (Decision::Blocked(BlockReason::WorkspaceOrder), Gate::Closed)
+                        }
                         Gate::Busy => (Decision::Wait, Gate::Busy),
                         Gate::Open if self.stopped => (Decision::Wait, Gate::Busy),
                         Gate::Open => (Decision::Send, Gate::Busy),
@@ -336,7 +338,7 @@ impl Replay {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -389,14 +391,20 @@ mod tests {
                 (RecordId(1), BlockReason::AuthRoute),
                 (RecordId(2), BlockReason::UnknownOwner),
                 (RecordId(3), BlockReason::OwnerMismatch),
-                (RecordId(4), BlockReason::Attention(AttentionReason::KeyReused)),
+                (
+                    RecordId(4),
+                    BlockReason::Attention(AttentionReason::KeyReused)
+                ),
                 (RecordId(5), BlockReason::CorruptRecord),
             ]
         );
         let signed_out = Replay::new(vec![rec(1, Some("alice"), None), rec(2, None, None)], None);
         assert_eq!(
             signed_out.blocked(),
-            vec![(RecordId(1), BlockReason::NoSession), (RecordId(2), BlockReason::NoSession)]
+            vec![
+                (RecordId(1), BlockReason::NoSession),
+                (RecordId(2), BlockReason::NoSession)
+            ]
         );
         let mut signed_out = signed_out;
         assert!(signed_out.next_sends(4).is_empty());
@@ -417,7 +425,11 @@ mod tests {
 
     #[test]
     fn lanes_are_limited() {
-        let mut r = alice((1..=6).map(|i| rec(i, Some("alice"), Some(&format!("w{i}")))).collect());
+        let mut r = alice(
+            (1..=6)
+                .map(|i| rec(i, Some("alice"), Some(&format!("w{i}"))))
+                .collect(),
+        );
         assert_eq!(r.next_sends(2), ids(&[1, 2]));
         assert_eq!(r.next_sends(2), ids(&[]));
         r.on_outcome(RecordId(2), &Verdict::Replayed, false);
@@ -436,13 +448,19 @@ mod tests {
         r.on_outcome(RecordId(1), &FAIL, false);
         r.on_outcome(RecordId(2), &Verdict::Replayed, false);
         assert_eq!(r.next_sends(4), ids(&[4]));
-        assert_eq!(r.blocked(), vec![(RecordId(3), BlockReason::WorkspaceOrder)]);
+        assert_eq!(
+            r.blocked(),
+            vec![(RecordId(3), BlockReason::WorkspaceOrder)]
+        );
     }
 
     #[test]
     fn a_blocked_owned_record_blocks_its_workspace() {
         let mut r = alice(vec![
-            with_attention(rec(1, Some("alice"), Some("a")), AttentionReason::OutcomeUnknown),
+            with_attention(
+                rec(1, Some("alice"), Some("a")),
+                AttentionReason::OutcomeUnknown,
+            ),
             rec(2, Some("alice"), Some("a")),
             rec(3, Some("alice"), Some("b")),
         ]);
@@ -459,12 +477,22 @@ mod tests {
             rec(4, Some("alice"), None),
         ]);
         assert_eq!(r.next_sends(4), ids(&[1]), "the barrier goes alone");
-        r.on_outcome(RecordId(1), &Verdict::Attention { reason: AttentionReason::Rejected, status: 400 }, true);
+        r.on_outcome(
+            RecordId(1),
+            &Verdict::Attention {
+                reason: AttentionReason::Rejected,
+                status: 400,
+            },
+            true,
+        );
         assert_eq!(r.next_sends(4), ids(&[]));
         assert_eq!(
             r.blocked(),
             vec![
-                (RecordId(1), BlockReason::Attention(AttentionReason::Rejected)),
+                (
+                    RecordId(1),
+                    BlockReason::Attention(AttentionReason::Rejected)
+                ),
                 (RecordId(2), BlockReason::WorkspaceOrder),
                 (RecordId(3), BlockReason::WorkspaceOrder),
                 (RecordId(4), BlockReason::WorkspaceOrder),
@@ -480,13 +508,20 @@ mod tests {
             rec(3, Some("alice"), None),
             rec(4, Some("alice"), Some("c")),
         ]);
-        assert_eq!(r.next_sends(4), ids(&[1, 2]), "3 waits; 4 is behind the barrier");
+        assert_eq!(
+            r.next_sends(4),
+            ids(&[1, 2]),
+            "3 waits; 4 is behind the barrier"
+        );
         r.on_outcome(RecordId(1), &Verdict::Replayed, false);
         assert_eq!(r.next_sends(4), ids(&[]));
         r.on_outcome(RecordId(2), &FAIL, false);
         assert_eq!(
             r.blocked(),
-            vec![(RecordId(3), BlockReason::WorkspaceOrder), (RecordId(4), BlockReason::WorkspaceOrder)]
+            vec![
+                (RecordId(3), BlockReason::WorkspaceOrder),
+                (RecordId(4), BlockReason::WorkspaceOrder)
+            ]
         );
     }
 
@@ -523,17 +558,26 @@ mod tests {
 
     #[test]
     fn in_progress_holds_its_lane_without_being_blocked_itself() {
-        let mut r = alice(vec![rec(1, Some("alice"), Some("a")), rec(2, Some("alice"), Some("a"))]);
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), Some("a")),
+        ]);
         assert_eq!(r.next_sends(4), ids(&[1]));
         r.on_outcome(RecordId(1), &Verdict::InProgress, false);
         assert_eq!(r.next_sends(4), ids(&[]));
-        assert_eq!(r.blocked(), vec![(RecordId(2), BlockReason::WorkspaceOrder)]);
+        assert_eq!(
+            r.blocked(),
+            vec![(RecordId(2), BlockReason::WorkspaceOrder)]
+        );
         assert_eq!(r.decide()[0], Decision::Held);
     }
 
     #[test]
     fn budget_stop_sends_nothing_more() {
-        let mut r = alice(vec![rec(1, Some("alice"), Some("a")), rec(2, Some("alice"), Some("b"))]);
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), Some("b")),
+        ]);
         assert_eq!(r.next_sends(1), ids(&[1]));
         r.stop();
         r.on_outcome(RecordId(1), &Verdict::Replayed, false);
@@ -544,10 +588,10 @@ mod tests {
     /// in-flight records answer: the invariants of 4.3 hold at every send.
     fn arb_item() -> impl Strategy<Value = (Option<u8>, Option<u8>, bool, bool)> {
         (
-            prop::option::weighted(0.9, 0u8..3),      // owner: alice, bob, carol / unknown
-            prop::option::weighted(0.7, 0u8..3),      // workspace a, b, c / account-level
-            prop::bool::weighted(0.1),                // needs attention already
-            prop::bool::weighted(0.05),               // corrupt
+            prop::option::weighted(0.9, 0u8..3), // owner: alice, bob, carol / unknown
+            prop::option::weighted(0.7, 0u8..3), // workspace a, b, c / account-level
+            prop::bool::weighted(0.1),           // needs attention already
+            prop::bool::weighted(0.05),          // corrupt
         )
     }
 

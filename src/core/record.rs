@@ -279,14 +279,14 @@ impl NewRecord {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use crate::core::route::test_patterns::RegexPatterns;
 
     fn parse(json: &str) -> Result<RecordMeta, CorruptRecord> {
-        let raw: RawRecord = serde_json::from_str(json)
-            .map_err(|e| CorruptRecord::Shape(e.to_string()))?;
+        let raw: RawRecord =
+            serde_json::from_str(json).map_err(|e| CorruptRecord::Shape(e.to_string()))?;
         RecordMeta::from_raw(RecordId(1), raw, Some(0), &RegexPatterns::defaults())
     }
 
@@ -303,7 +303,10 @@ mod tests {
         .expect("valid");
         assert_eq!(m.method, "POST");
         assert_eq!(m.owner.as_deref(), Some("alice"));
-        assert_eq!(m.state, RecordState::NeedsAttention(AttentionReason::Rejected));
+        assert_eq!(
+            m.state,
+            RecordState::NeedsAttention(AttentionReason::Rejected)
+        );
         assert_eq!(m.last_status, Some(422));
         assert_eq!(m.server_failures, 2);
     }

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# sw-outbox: set-up, build, demo and tests in one script, safe to re-run.
+#
+#   ./build.sh          install what is missing, build the worker and the server
+#   ./build.sh demo     ... then run the demo (server + PWA) on http://127.0.0.1:8080
+#   ./build.sh test     ... then run every test: host, service worker, end to end
+#
+# Nothing here downloads a prebuilt binary from outside the package registries:
+# Rust tools come from crates.io, browsers from Debian, Node packages from npm, and
+# wasm-pack is pointed at the installed tools (--mode no-install).
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+
+WASM_PACK_VERSION=0.15.1
+# The CLI must equal the crate's wasm-bindgen exactly; read it from Cargo.toml.
+WASM_BINDGEN_VERSION=$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' Cargo.toml)
+PORT=${PORT:-8080}
+
+export PATH="$HOME/.cargo/bin:$ROOT/node_modules/.bin:$PATH"
+
+step() { printf '\n== %s\n' "$*"; }
+
+apt_updated=
+apt_install() {
+  if [ -z "$apt_updated" ]; then
+    apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+setup() {
+  step "toolchain"
+  if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+    rustup target add wasm32-unknown-unknown
+  fi
+  if [ "$(wasm-pack --version 2>/dev/null)" != "wasm-pack $WASM_PACK_VERSION" ]; then
+    cargo install --locked "wasm-pack@$WASM_PACK_VERSION"
+  fi
+  if [ "$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ] \
+     || ! command -v wasm-bindgen-test-runner >/dev/null; then
+    # Without --locked: the CLI's lock file pins a yanked prerelease dependency.
+    cargo install --force "wasm-bindgen-cli@$WASM_BINDGEN_VERSION"
+  fi
+  if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    apt_install chromium chromium-driver
+  fi
+  step "node packages"
+  if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ] \
+     || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    npm ci --no-audit --no-fund
+  fi
+  echo "wasm-pack $(wasm-pack --version | cut -d' ' -f2), wasm-bindgen $WASM_BINDGEN_VERSION," \
+       "$(chromium --version 2>/dev/null | head -1), wasm-opt $(wasm-opt --version | cut -d' ' -f3)"
+}
+
+build_worker() {
+  step "worker (wasm)"
+  wasm-pack build --mode no-install --release --target no-modules \
+    --out-dir www/pkg --out-name sw_outbox --no-typescript --no-pack
+  local wasm=www/pkg/sw_outbox_bg.wasm
+  # binaryen 132 from npm; Debian's older wasm-opt breaks wasm-bindgen output.
+  wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
+    --enable-reference-types --enable-sign-ext --enable-mutable-globals \
+    "$wasm" -o "$wasm.opt"
+  mv "$wasm.opt" "$wasm"
+  node scripts/check-wasm.mjs www/pkg
+  local build
+  build=$(sha256sum "$wasm" www/pkg/sw_outbox.js | sha256sum | cut -c1-12)
+  printf 'self.SW_OUTBOX_BUILD = "%s";\n' "$build" > www/pkg/build.js
+  rm -f www/pkg/.gitignore
+  ls -l www/pkg
+}
+
+build_server() {
+  step "reference server"
+  cargo build --release -p sw-outbox-server
+}
+
+# Runs one suite, keeping its output to count tests afterwards.
+LOGS=$(mktemp -d)
+STATUS=0
+suite() {
+  local name=$1; shift
+  step "$name"
+  if ! "$@" 2>&1 | tee "$LOGS/$name.log"; then
+    echo "!! $name failed"
+    STATUS=1
+  fi
+}
+
+count_results() {
+  local passed=0 failed=0 p f
+  for log in "$LOGS"/*.log; do
+    # cargo test and wasm-bindgen-test-runner
+    while read -r p f; do
+      passed=$((passed + p)); failed=$((failed + f))
+    done < <(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log")
+    # node --test
+    p=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -1)
+    f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -1)
+    passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
+  done
+  echo
+  for log in "$LOGS"/*.log; do
+    printf '  %-18s %s\n' "$(basename "$log" .log)" \
+      "$(grep -E '^test result:|^# (pass|fail) ' "$log" | tr '\n' ' ')"
+  done
+  echo "total: $passed passed, $failed failed"
+}
+
+run_tests() {
+  export CHROMEDRIVER=/usr/bin/chromedriver
+  export WASM_BINDGEN_TEST_TIMEOUT=${WASM_BINDGEN_TEST_TIMEOUT:-120}
+  suite lint bash -c 'cargo fmt --all --check &&
+    cargo clippy --workspace --all-targets -- -D warnings &&
+    cargo clippy --lib --tests --target wasm32-unknown-unknown -- -D warnings'
+  suite host cargo test --workspace
+  suite service-worker wasm-pack test --mode no-install --headless --chrome
+  suite end-to-end npm run --silent test:e2e
+  count_results
+  return $STATUS
+}
+
+demo() {
+  step "demo on http://127.0.0.1:$PORT (Ctrl-C stops it)"
+  mkdir -p server/data
+  exec target/release/sw-outbox-server --port "$PORT" --www www --mode demo \
+    --db server/data/demo.sqlite
+}
+
+cmd=${1:-build}
+setup
+build_worker
+build_server
+case "$cmd" in
+  build) ;;
+  demo) demo ;;
+  test) run_tests ;;
+  *) echo "usage: $0 [build|demo|test]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,263 @@
+//! The browser shell: the service worker's events handed to the core.
+//!
+//! `www/sw.js` adds every listener during its first evaluation and calls into the
+//! [`Outbox`] exported here once the module is ready; this module holds no policy of
+//! its own: each decision is a call into `core`.
+
+mod chain;
+mod clients;
+mod commands;
+mod fetch;
+mod flush;
+mod http;
+mod patterns;
+
+use crate::core::config::Config;
+use crate::core::route::{classify, RequestKind};
+use crate::store::{EnqueueFailure, Pending, Store};
+use chain::FifoLock;
+use futures_channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::future_to_promise;
+use web_sys::{ExtendableMessageEvent, Request, ServiceWorkerGlobalScope};
+
+pub use crate::core::backoff::Trigger;
+pub use flush::FlushOutcome;
+
+pub(crate) fn scope() -> ServiceWorkerGlobalScope {
+    js_sys::global().unchecked_into()
+}
+
+pub(crate) use crate::store::idb::describe;
+
+/// Milliseconds since the epoch, from the worker's clock.
+pub(crate) fn now_ms() -> u64 {
+    js_sys::Date::now() as u64
+}
+
+/// Group commit: writes that arrive while a transaction is being committed are stored
+/// together in the next one. Each waiter still learns its own id only after its own
+/// transaction committed.
+#[derive(Default)]
+struct Batcher {
+    pending: RefCell<
+        Vec<(
+            Pending,
+            oneshot::Sender<Result<crate::core::record::RecordId, EnqueueFailure>>,
+        )>,
+    >,
+    running: Cell<bool>,
+}
+
+/// The state of a flush in progress and of one asked for meanwhile (coalesced).
+#[derive(Default)]
+struct FlushState {
+    running: bool,
+    /// Callers waiting for the one extra flush that runs after the current one.
+    again: Option<Vec<oneshot::Sender<FlushOutcome>>>,
+}
+
+pub(crate) struct Inner {
+    config: Config,
+    patterns: Rc<patterns::JsPatterns>,
+    store: Rc<Store>,
+    /// The account of the last `AUTH_SESSION`, kept in memory as soon as it arrives so
+    /// the next write is bound to it; persisted behind `session_writes`.
+    session: RefCell<Option<String>>,
+    session_writes: FifoLock,
+    chain: FifoLock,
+    batcher: Rc<Batcher>,
+    flush: RefCell<FlushState>,
+}
+
+/// The outbox running in this worker.
+#[wasm_bindgen]
+pub struct Outbox {
+    inner: Rc<Inner>,
+}
+
+/// Starts the outbox: validates the configuration, compiles its patterns, opens (and
+/// upgrades) the database and reads the persisted session.
+#[wasm_bindgen]
+pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
+    let config: Config = if config.is_undefined() || config.is_null() {
+        Config::default()
+    } else {
+        serde_wasm_bindgen::from_value(config)
+            .map_err(|e| JsValue::from_str(&format!("sw-outbox: invalid configuration: {e}")))?
+    };
+    let config = config
+        .validate()
+        .map_err(|e| JsValue::from_str(&format!("sw-outbox: {e}")))?;
+    let patterns = Rc::new(patterns::JsPatterns::new(&config).map_err(|e| JsValue::from_str(&e))?);
+    let store = Store::open(&config.db_name, patterns.clone())
+        .await
+        .map_err(|e| JsValue::from_str(&format!("sw-outbox: cannot open IndexedDB: {e}")))?;
+    let session = store.session_user().await.unwrap_or(None);
+    Ok(Outbox {
+        inner: Rc::new(Inner {
+            config,
+            patterns,
+            store: Rc::new(store),
+            session: RefCell::new(session),
+            session_writes: FifoLock::default(),
+            chain: FifoLock::default(),
+            batcher: Rc::new(Batcher::default()),
+            flush: RefCell::new(FlushState::default()),
+        }),
+    })
+}
+
+#[wasm_bindgen]
+impl Outbox {
+    /// Whether a request is the outbox's business (decided synchronously, so `sw.js`
+    /// calls `respondWith` only for these).
+    pub fn intercepts(&self, request: &Request) -> bool {
+        let Some((same_origin, path)) = fetch::locate(request) else {
+            return false;
+        };
+        classify(
+            &request.method(),
+            same_origin,
+            &path,
+            &self.inner.config,
+            &*self.inner.patterns,
+        ) != RequestKind::Passthrough
+    }
+
+    /// Answers a fetch event's request (contract sections 1 and 2).
+    pub fn handle_fetch(&self, request: Request) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move { fetch::handle(&inner, request).await.map(Into::into) })
+    }
+
+    /// Handles a page's command; the promise settles when it was answered.
+    pub fn handle_message(&self, event: ExtendableMessageEvent) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            commands::handle(&inner, &event).await;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// A Background Sync event; other tags are not the outbox's.
+    pub fn handle_sync(&self, tag: String) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            if tag == inner.config.sync_tag {
+                let outcome = flush::request(&inner, Trigger::Sync).await;
+                if outcome.retry_later {
+                    // A rejected sync promise makes the browser retry the sync later.
+                    return Err(JsValue::from_str("sw-outbox: flush incomplete"));
+                }
+            }
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// The worker's `online` event, where a browser fires one.
+    pub fn handle_online(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            flush::request(&inner, Trigger::Online).await;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// Once per worker start: flush when the queue is not empty.
+    pub fn handle_start(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            if inner.store.count().await.unwrap_or(0) > 0 {
+                flush::request(&inner, Trigger::Start).await;
+            }
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// The configuration in force, for `sw.js` (precache list, build) and for tests.
+    pub fn config(&self) -> JsValue {
+        serde_wasm_bindgen::to_value(&ConfigView::of(&self.inner.config)).unwrap_or(JsValue::NULL)
+    }
+}
+
+/// What `sw.js` needs to know of the configuration.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ConfigView<'a> {
+    db_name: &'a str,
+    sync_tag: &'a str,
+    precache: &'a [String],
+    build: &'a str,
+}
+
+impl<'a> ConfigView<'a> {
+    fn of(c: &'a Config) -> Self {
+        ConfigView {
+            db_name: &c.db_name,
+            sync_tag: &c.sync_tag,
+            precache: &c.precache,
+            build: &c.build,
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn session_user(&self) -> Option<String> {
+        self.session.borrow().clone()
+    }
+
+    /// Waits until every session write that arrived before now is persisted.
+    pub(crate) async fn session_settled(&self) {
+        drop(self.session_writes.acquire().await);
+    }
+
+    /// Runs a queue operation in this worker's chain, after pending session writes,
+    /// under the cross-worker Web Lock.
+    pub(crate) async fn in_chain<T: 'static>(
+        &self,
+        op: std::pin::Pin<Box<dyn std::future::Future<Output = T>>>,
+    ) -> T {
+        let _turn = self.chain.acquire().await;
+        self.session_settled().await;
+        let lock_name = format!("sw-outbox:{}", self.config.db_name);
+        chain::under_web_lock(&lock_name, op).await
+    }
+
+    /// Stores one write through the group-commit batcher.
+    pub(crate) async fn enqueue(
+        self: &Rc<Self>,
+        pending: Pending,
+    ) -> Result<crate::core::record::RecordId, EnqueueFailure> {
+        let (tx, rx) = oneshot::channel();
+        self.batcher.pending.borrow_mut().push((pending, tx));
+        if !self.batcher.running.get() {
+            self.batcher.running.set(true);
+            let (batcher, store, max) = (
+                self.batcher.clone(),
+                self.store.clone(),
+                self.config.max_records,
+            );
+            wasm_bindgen_futures::spawn_local(async move {
+                loop {
+                    let batch = std::mem::take(&mut *batcher.pending.borrow_mut());
+                    if batch.is_empty() {
+                        batcher.running.set(false);
+                        break;
+                    }
+                    let (items, waiters): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                    let results = store.enqueue(items, max).await;
+                    for (w, r) in waiters.into_iter().zip(results) {
+                        let _ = w.send(r);
+                    }
+                }
+            });
+        }
+        rx.await.unwrap_or(Err(EnqueueFailure::Storage(
+            "the write was dropped before it was stored".into(),
+        )))
+    }
+}

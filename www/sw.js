@@ -1,0 +1,115 @@
+/* sw-outbox service worker: a classic worker shim around the WASM outbox.
+ *
+ * It holds no policy. It adds every listener during the first evaluation (listeners
+ * added after an await are ignored), starts loading the module at once, and hands each
+ * event to Rust once the module is ready, so nothing that arrives while it loads is
+ * dropped. The module's bytes are cached at install so a worker restarted offline
+ * still starts.
+ *
+ * A site configures it by defining `self.SW_OUTBOX_CONFIG` before this script runs
+ * (in its own sw.js: `self.SW_OUTBOX_CONFIG = {...}; importScripts('/sw-outbox/sw.js')`),
+ * or by editing DEMO_CONFIG below. Unset fields take the defaults of the contract.
+ */
+/* global wasm_bindgen */
+'use strict';
+
+const BASE = new URL('./', self.location).href;
+importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js');
+
+/** The demo's own settings: its app shell. */
+const DEMO_CONFIG = {
+  precache: ['./', './index.html', './app.js', './app.css', './outbox-client.js',
+    './manifest.webmanifest', './icon.svg'],
+};
+
+const CONFIG = Object.assign({}, self.SW_OUTBOX_CONFIG || DEMO_CONFIG);
+CONFIG.build = self.SW_OUTBOX_BUILD || 'dev';
+CONFIG.precache = (CONFIG.precache || []).map((u) => new URL(u, BASE).href);
+
+const CACHE_PREFIX = 'sw-outbox-';
+const CACHE = CACHE_PREFIX + CONFIG.build;
+const RUNTIME = ['pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm'].map((p) => BASE + p);
+const WASM_URL = RUNTIME[2];
+
+let loaded = null; // the Outbox once ready
+let loading = null; // its promise
+let startup = null; // the flush run once per worker start
+
+/** Loads the module (from the cache when it is there) and starts the outbox. */
+function outbox() {
+  if (!loading) {
+    loading = (async () => {
+      const cache = await caches.open(CACHE);
+      let bytes = await cache.match(WASM_URL);
+      if (!bytes) {
+        bytes = await fetch(WASM_URL);
+        if (!bytes.ok) throw new Error(`sw-outbox: ${WASM_URL} answered ${bytes.status}`);
+      }
+      await wasm_bindgen({ module_or_path: bytes });
+      const o = await wasm_bindgen.start(CONFIG);
+      loaded = o;
+      startup = o.handle_start().catch((e) => console.error('sw-outbox: start flush', e));
+      return o;
+    })();
+    loading.catch((e) => {
+      console.error('sw-outbox: the module did not start', e);
+      loading = null; // the next event tries again
+    });
+  }
+  return loading;
+}
+
+/** Keeps the worker alive for the start-up flush too. */
+function keepAlive(event, work) {
+  event.waitUntil(work.then(() => startup).catch(() => {}));
+}
+
+self.addEventListener('install', (event) => {
+  event.waitUntil((async () => {
+    const cache = await caches.open(CACHE);
+    await cache.addAll([...RUNTIME, ...CONFIG.precache]);
+    await outbox(); // a build whose module does not start must not install
+    await self.skipWaiting();
+  })());
+});
+
+self.addEventListener('activate', (event) => {
+  event.waitUntil((async () => {
+    for (const name of await caches.keys()) {
+      if (name.startsWith(CACHE_PREFIX) && name !== CACHE) await caches.delete(name);
+    }
+    await self.clients.claim();
+    await outbox();
+  })());
+});
+
+self.addEventListener('fetch', (event) => {
+  const request = event.request;
+  if (loaded) {
+    if (loaded.intercepts(request)) event.respondWith(loaded.handle_fetch(request));
+    return;
+  }
+  // Still loading: the module decides once it is there; if it cannot start, the
+  // network answers as if there were no worker.
+  const work = outbox();
+  event.respondWith(work
+    .then((o) => (o.intercepts(request) ? o.handle_fetch(request) : fetch(request)))
+    .catch(() => fetch(request)));
+  keepAlive(event, work);
+});
+
+self.addEventListener('message', (event) => {
+  const work = outbox();
+  event.waitUntil(work.then((o) => o.handle_message(event)));
+  keepAlive(event, work);
+});
+
+self.addEventListener('sync', (event) => {
+  event.waitUntil(outbox().then((o) => o.handle_sync(event.tag)));
+});
+
+self.addEventListener('online', () => {
+  outbox().then((o) => o.handle_online()).catch(() => {});
+});
+
+outbox();
