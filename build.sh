@@ -62,7 +62,7 @@ build_worker() {
   local wasm=www/pkg/sw_outbox_bg.wasm
   # binaryen 132 from npm; Debian's older wasm-opt breaks wasm-bindgen output.
   wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
-    --enable-reference-types --enable-sign-ext --enable-mutable-globals \
+    --enable-reference-types --enable-sign-ext --enable-mutable-globals --strip-debug --strip-producers \
     "$wasm" -o "$wasm.opt"
   mv "$wasm.opt" "$wasm"
   node scripts/check-wasm.mjs www/pkg
