@@ -464,3 +464,12 @@ async fn an_invalid_configuration_is_refused_naming_the_field() {
     };
     assert!(err.contains("workspacePattern"), "{err}");
 }
+
+#[wasm_bindgen_test]
+fn these_tests_run_inside_a_service_worker() {
+    let global = js_sys::global();
+    assert!(
+        global.is_instance_of::<web_sys::ServiceWorkerGlobalScope>(),
+        "the shell's tests must run in a ServiceWorkerGlobalScope"
+    );
+}

@@ -183,13 +183,17 @@ fn upgrade_v1_value(value: &JsValue, patterns: &dyn Patterns) -> Option<JsValue>
     Some(value.clone())
 }
 
+/// One step of a cursor: the cursor on the next value, `None` past the last.
+type CursorStep = Result<Option<IdbCursorWithValue>, IdbError>;
+/// The event handlers that feed a cursor's channel; dropped with it.
+type CursorHandlers = (Closure<dyn FnMut()>, Closure<dyn FnMut()>);
+/// The version-1 migration's cursor handler, alive until the open request completes.
+type MigrationSlot = Rc<RefCell<Option<Closure<dyn FnMut()>>>>;
+
 /// A cursor's steps as a channel: each `success` sends the cursor (or `None` at the end).
 fn cursor_steps(
     req: &web_sys::IdbRequest,
-) -> (
-    mpsc::UnboundedReceiver<Result<Option<IdbCursorWithValue>, IdbError>>,
-    (Closure<dyn FnMut()>, Closure<dyn FnMut()>),
-) {
+) -> (mpsc::UnboundedReceiver<CursorStep>, CursorHandlers) {
     let (tx, rx) = mpsc::unbounded();
     let (ok_tx, r1) = (tx.clone(), req.clone());
     let ok: Closure<dyn FnMut()> = Closure::new(move || {
@@ -223,7 +227,7 @@ impl Store {
     /// record: the upgrade rewrites each one in the version-change transaction.
     pub async fn open(name: &str, patterns: Rc<dyn Patterns>) -> Result<Store, IdbError> {
         let open: IdbOpenDbRequest = factory()?.open_with_u32(name, VERSION).map_err(failed)?;
-        let migration: Rc<RefCell<Option<Closure<dyn FnMut()>>>> = Rc::new(RefCell::new(None));
+        let migration: MigrationSlot = Rc::new(RefCell::new(None));
         let (req, pats, mig) = (open.clone(), patterns.clone(), migration.clone());
         let on_upgrade: Closure<dyn FnMut(IdbVersionChangeEvent)> =
             Closure::new(move |e: IdbVersionChangeEvent| {
@@ -558,7 +562,7 @@ fn upgrade(
     req: &IdbOpenDbRequest,
     old_version: u32,
     patterns: &Rc<dyn Patterns>,
-    migration: &Rc<RefCell<Option<Closure<dyn FnMut()>>>>,
+    migration: &MigrationSlot,
 ) -> Result<(), String> {
     let db: IdbDatabase = req
         .result()

@@ -42,7 +42,7 @@ pub enum ReplyTo {
 
 impl ReplyTo {
     pub fn of(event: &web_sys::ExtendableMessageEvent) -> ReplyTo {
-        if let Some(port) = event.ports().get(0).dyn_into::<MessagePort>().ok() {
+        if let Ok(port) = event.ports().get(0).dyn_into::<MessagePort>() {
             return ReplyTo::Port(port);
         }
         match event.source().and_then(|s| s.dyn_into::<Client>().ok()) {

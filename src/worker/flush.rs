@@ -30,15 +30,19 @@ pub struct FlushOutcome {
 /// Asks for a flush. One runs at a time; asking during one schedules exactly one more
 /// after it, which every caller that asked meanwhile shares.
 pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
-    {
+    let waiting = {
         let mut st = inner.flush.borrow_mut();
         if st.running {
             let (tx, rx) = oneshot::channel();
             st.again.get_or_insert_with(Vec::new).push(tx);
-            drop(st);
-            return rx.await.unwrap_or_default();
+            Some(rx)
+        } else {
+            st.running = true;
+            None
         }
-        st.running = true;
+    };
+    if let Some(rx) = waiting {
+        return rx.await.unwrap_or_default();
     }
     let first = run_in_chain(inner, trigger).await;
     let again = inner.flush.borrow_mut().again.take();

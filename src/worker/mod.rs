@@ -38,17 +38,15 @@ pub(crate) fn now_ms() -> u64 {
     js_sys::Date::now() as u64
 }
 
+/// Where a batched write learns its id once its transaction committed.
+type Waiter = oneshot::Sender<Result<crate::core::record::RecordId, EnqueueFailure>>;
+
 /// Group commit: writes that arrive while a transaction is being committed are stored
 /// together in the next one. Each waiter still learns its own id only after its own
 /// transaction committed.
 #[derive(Default)]
 struct Batcher {
-    pending: RefCell<
-        Vec<(
-            Pending,
-            oneshot::Sender<Result<crate::core::record::RecordId, EnqueueFailure>>,
-        )>,
-    >,
+    pending: RefCell<Vec<(Pending, Waiter)>>,
     running: Cell<bool>,
 }
 
