@@ -1,0 +1,185 @@
+// Recovery (contract sections 5 and 6) through the demo's outbox panel, clicked as a user
+// would: adopting a record queued while signed out, retrying or discarding a record whose
+// outcome is unknown; and the commands' refusals (another account's records, malformed
+// messages).
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { startHarness } from './harness.mjs';
+import {
+  clearReports, eventually, flush, freshStart, lastSeq, listQueue, queuedWrite, signIn,
+  signOutThroughUi, waitForFlushReports, withDiagnostics, writesIn,
+} from './outbox-helpers.mjs';
+
+let h;
+before(async () => { h = await startHarness(); });
+after(async () => { await h?.close(); });
+
+const P = (pid) => `/api/projects/${pid}/tasks`;
+
+test('a record queued while signed out is adopted from the panel and applied once under alice', withDiagnostics(() => h, async () => {
+  const page = await freshStart(h);
+  await h.setNetwork(false);
+  const q = await queuedWrite(page, P('p1'), { title: 'written while signed out' });
+  assert.deepEqual((await listQueue(page)).map((r) => [r.id, r.ownerId]), [[q.id, null]], 'queued with no owner');
+
+  await h.setNetwork(true);
+  const queuedAt = await lastSeq(h); // the first attempt (dropped) is in the log before this
+  await clearReports(page);
+  await signIn(page, 'alice'); // its flush reports the record as unknown-owner, sends nothing
+  const { blocked } = await waitForFlushReports(page);
+  assert.deepEqual(blocked?.blocked.map((b) => [b.id, b.reason]), [[q.id, 'unknown-owner']]);
+  assert.deepEqual(await h.applied(), []);
+
+  const row = page.getByTestId(`record-${q.id}`);
+  await row.and(page.locator('[data-reason="unknown-owner"]')).waitFor();
+  await page.getByTestId(`reason-${q.id}`).filter({ hasText: 'queued while signed out' }).waitFor();
+  const adopt = page.getByTestId(`adopt-${q.id}`);
+  await adopt.waitFor();
+  assert.match(await adopt.textContent(), /alice/);
+  await adopt.click();
+
+  const applied = await eventually(async () => { const a = await h.applied(); return a.length ? a : null; }, { what: 'the adopted record to be applied' });
+  await row.waitFor({ state: 'detached' });
+  await page.getByTestId('outbox-count').filter({ hasText: /^0$/ }).waitFor();
+  assert.equal(applied.length, 1, JSON.stringify(applied));
+  assert.equal(applied[0].user, 'alice');
+  assert.equal(applied[0].key, q.key, 'applied with the key its 202 named');
+  assert.equal(applied[0].path, P('p1'));
+  assert.deepEqual(await listQueue(page), []);
+  const sent = writesIn(await h.requests(), queuedAt).filter((r) => r.key === q.key);
+  assert.deepEqual(sent.map((r) => [r.expectedAccount, r.status]), [['alice', 201]], 'replayed once, as alice');
+}));
+
+test('outcome-unknown records: "Retry as new" applies with a new key, "Discard" removes without applying', withDiagnostics(() => h, async () => {
+  const page = await freshStart(h);
+  await signIn(page, 'alice');
+  await h.setNetwork(false);
+  const x = await queuedWrite(page, P('p1'), { title: 'retry me' });
+  const y = await queuedWrite(page, P('p2'), { title: 'discard me' });
+  await h.setNetwork(true);
+  await h.control('faults', {
+    rules: [
+      { path: P('p1'), kind: 'outcome-unknown', times: 1 },
+      { path: P('p2'), kind: 'outcome-unknown', times: 1 },
+    ],
+  });
+  await clearReports(page);
+  await page.getByTestId('outbox-flush').click(); // "Send now"
+  const { blocked } = await waitForFlushReports(page);
+  assert.deepEqual(blocked?.blocked.map((b) => [b.id, b.reason]).sort(), [[x.id, 'outcome-unknown'], [y.id, 'outcome-unknown']]);
+  assert.deepEqual(await h.applied(), []);
+
+  for (const r of [x, y]) {
+    await page.getByTestId(`record-${r.id}`).and(page.locator('[data-state="needs-attention"]')).waitFor();
+    await page.getByTestId(`reason-${r.id}`).filter({ hasText: 'may or may not have applied' }).waitFor();
+  }
+
+  const since = await lastSeq(h);
+  await page.getByTestId(`retry-${x.id}`).click();
+  const applied = await eventually(async () => { const a = await h.applied(); return a.length ? a : null; }, { what: 'the retried record to be applied' });
+  await page.getByTestId(`record-${x.id}`).waitFor({ state: 'detached' });
+  assert.equal(applied.length, 1, JSON.stringify(applied));
+  assert.equal(applied[0].path, P('p1'));
+  assert.equal(applied[0].user, 'alice');
+  assert.match(applied[0].key ?? '', /^[A-Za-z0-9_-]{22,64}$/);
+  assert.notEqual(applied[0].key, x.key, 'retried under a NEW idempotency key');
+  assert.deepEqual(JSON.parse(applied[0].body), { title: 'retry me' });
+  assert.ok(!writesIn(await h.requests(), since).some((r) => r.key === x.key), 'the old key is not sent again');
+
+  await page.getByTestId(`discard-${y.id}`).click();
+  await page.getByTestId(`record-${y.id}`).waitFor({ state: 'detached' });
+  await page.getByTestId('outbox-count').filter({ hasText: /^0$/ }).waitFor();
+  assert.deepEqual(await listQueue(page), [], 'LIST_QUEUE is empty');
+  assert.equal((await h.applied()).length, 1, 'the discarded record was never applied');
+  assert.ok(!writesIn(await h.requests(), since).some((r) => r.path === P('p2')), 'the discarded record was not sent');
+}));
+
+test('adoption never takes another account\'s record', withDiagnostics(() => h, async () => {
+  const page = await freshStart(h);
+  await signIn(page, 'bob');
+  await h.setNetwork(false);
+  const bobs = await queuedWrite(page, P('p1'), { title: 'bob\'s' });
+  await signOutThroughUi(page);
+  const nobodys = await queuedWrite(page, P('p2'), { title: 'nobody\'s' });
+  await h.setNetwork(true);
+  const queuedAt = await lastSeq(h); // the first attempts (dropped) are in the log before this
+  await signIn(page, 'alice');
+
+  const adopted = await page.evaluate(() => window.demo.client.adopt('alice'));
+  assert.equal(adopted.type, 'COMMAND_RESULT');
+  assert.equal(adopted.command, 'REBIND_RECORDS');
+  assert.equal(adopted.ok, true, JSON.stringify(adopted));
+  assert.equal(adopted.affected, 1, `only the unknown-owner record is adopted: ${JSON.stringify(adopted)}`);
+
+  const named = await page.evaluate((id) => window.demo.client.adopt('alice', [id]), bobs.id);
+  assert.equal(named.ok, true, JSON.stringify(named));
+  assert.equal(named.affected, 0, 'naming bob\'s record does not adopt it');
+
+  const asBob = await page.evaluate(() => window.demo.client.adopt('bob'));
+  assert.equal(asBob.command, 'REBIND_RECORDS');
+  assert.equal(asBob.ok, false, `REBIND for bob while alice is signed in must be refused: ${JSON.stringify(asBob)}`);
+  assert.equal(typeof asBob.reason, 'string');
+  const meChecks = (await h.requests()).filter((r) => r.method === 'GET' && r.path === '/api/auth/me' && r.expectedAccount === 'bob');
+  assert.deepEqual(meChecks.map((r) => [r.user, r.status]), [['alice', 409]],
+    'the refusal rests on a fresh /api/auth/me naming bob, which the server answered 409');
+
+  const recoverBobs = await page.evaluate((id) => window.demo.client.discard(id, 'alice'), bobs.id);
+  assert.equal(recoverBobs.ok, false, `alice cannot discard bob's record: ${JSON.stringify(recoverBobs)}`);
+
+  // The adoption's flush sent the adopted record; bob's stays his, unsent.
+  await eventually(async () => (await h.applied()).length === 1, { what: 'the adopted record to be applied' });
+  await flush(page);
+  const applied = await h.applied();
+  assert.deepEqual(applied.map((a) => [a.user, a.key]), [['alice', nobodys.key]], JSON.stringify(applied));
+  assert.ok(!writesIn(await h.requests(), queuedAt).some((r) => r.key === bobs.key), 'bob\'s record was never replayed');
+  assert.deepEqual((await listQueue(page)).map((r) => [r.id, r.ownerId, r.state]), [[bobs.id, 'bob', 'queued']]);
+  await page.getByTestId(`record-${bobs.id}`).and(page.locator('[data-reason="owner-mismatch"]')).waitFor();
+  assert.equal(await page.getByTestId(`adopt-${bobs.id}`).count(), 0, 'the panel offers no Adopt for bob\'s record');
+}));
+
+test('malformed commands are refused with a reason naming the field, and change nothing', withDiagnostics(() => h, async () => {
+  const page = await freshStart(h);
+  await signIn(page, 'alice');
+  await h.setNetwork(false);
+  const q = await queuedWrite(page, P('p1'), { title: 'kept' });
+  await h.setNetwork(true);
+  const before = await listQueue(page);
+
+  const cases = [
+    [{ type: 'RECOVER_RECORD', id: 'x', ownerId: 'alice', action: 'discard' }, 'RECOVER_RECORD', /\bid\b/],
+    [{ type: 'RECOVER_RECORD', ownerId: 'alice', action: 'discard' }, 'RECOVER_RECORD', /\bid\b/],
+    [{ type: 'RECOVER_RECORD', id: q.id, ownerId: 'alice', action: 'explode' }, 'RECOVER_RECORD', /\baction\b/],
+    [{ type: 'RECOVER_RECORD', id: q.id, action: 'discard' }, 'RECOVER_RECORD', /\bownerId\b/],
+    [{ type: 'RECOVER_RECORD', id: q.id, ownerId: 7, action: 'discard' }, 'RECOVER_RECORD', /\bownerId\b/],
+    [{ type: 'REBIND_RECORDS' }, 'REBIND_RECORDS', /\bownerId\b/],
+    [{ type: 'REBIND_RECORDS', ownerId: 'alice', ids: 'all' }, 'REBIND_RECORDS', /\bids\b/],
+    [{ type: 'REBIND_RECORDS', ownerId: 'alice', ids: [1, 'two'] }, 'REBIND_RECORDS', /\bids\b/],
+    [{ type: 'AUTH_SESSION' }, 'AUTH_SESSION', /\buserId\b/],
+    [{ type: 'AUTH_SESSION', userId: 5 }, 'AUTH_SESSION', /\buserId\b/],
+    [{ type: 'FLUSH_EVERYTHING' }, 'FLUSH_EVERYTHING', /\btype\b/],
+    [{ type: 42 }, 42, /\btype\b/],
+    [{ kind: 'FLUSH_QUEUE' }, null, /\btype\b/],
+  ];
+  for (const [message, command, field] of cases) {
+    const r = await page.evaluate((m) => window.demo.client.send(m, { timeoutMs: 10000 }), message);
+    const what = `${JSON.stringify(message)} → ${JSON.stringify(r)}`;
+    assert.equal(r.type, 'COMMAND_RESULT', what);
+    assert.equal(r.ok, false, what);
+    if (command === 42) assert.ok(r.command === 42 || r.command === null, `command echoes the non-string type or is null: ${what}`);
+    else assert.equal(r.command, command, `command holds the type as sent: ${what}`);
+    assert.equal(typeof r.reason, 'string', what);
+    assert.match(r.reason, field, `the reason names the field: ${what}`);
+  }
+
+  assert.deepEqual(await listQueue(page), before, 'the queue is unchanged');
+  // The refused AUTH_SESSION changed nothing: the next write is still bound to alice.
+  await h.setNetwork(false);
+  const next = await page.evaluate(() => fetch('/api/notes', {
+    method: 'POST', headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': window.demo.state.csrf },
+    body: JSON.stringify({ text: 'no expected-account header: the worker binds it' }),
+  }).then((r) => r.json()));
+  await h.setNetwork(true);
+  assert.equal(next.queued, true, JSON.stringify(next));
+  const rec = (await listQueue(page)).find((r) => r.id === next.id);
+  assert.equal(rec?.ownerId, 'alice', `the session is still alice: ${JSON.stringify(rec)}`);
+}));
