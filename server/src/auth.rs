@@ -46,10 +46,7 @@ pub fn lookup(store: &Store, headers: &HeaderMap) -> Result<Option<Session>, Sto
 }
 
 /// Why a data write is refused before anything else looks at it.
-pub fn check_write(
-    session: Option<&Session>,
-    headers: &HeaderMap,
-) -> Result<(), Response> {
+pub fn check_write(session: Option<&Session>, headers: &HeaderMap) -> Result<(), Response> {
     let Some(session) = session else {
         return Err(detail(StatusCode::UNAUTHORIZED, "not_signed_in"));
     };
@@ -102,7 +99,11 @@ pub async fn login(
         (Ok(s), Ok(c)) => (s, c),
         (Err(e), _) | (_, Err(e)) => return storage_error(e),
     };
-    let session = Session { sid, user: creds.user_id, csrf };
+    let session = Session {
+        sid,
+        user: creds.user_id,
+        csrf,
+    };
     if let Err(e) = app.store.create_session(&session) {
         return storage_error(e);
     }
@@ -119,7 +120,10 @@ pub async fn login(
     resp
 }
 
-pub async fn logout(State(app): State<App>, Extension(current): Extension<CurrentSession>) -> Response {
+pub async fn logout(
+    State(app): State<App>,
+    Extension(current): Extension<CurrentSession>,
+) -> Response {
     if let Some(session) = current.0 {
         if let Err(e) = app.store.delete_session(&session.sid) {
             return storage_error(e);

@@ -100,14 +100,26 @@ async fn cors(req: Request, next: Next) -> Response {
         next.run(req).await
     };
     let h = resp.headers_mut();
-    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
     h.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
         HeaderValue::from_static("GET, POST, OPTIONS"),
     );
-    h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, HeaderValue::from_static("content-type"));
-    h.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
-    h.insert("access-control-allow-private-network", HeaderValue::from_static("true"));
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("content-type"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
+    h.insert(
+        "access-control-allow-private-network",
+        HeaderValue::from_static("true"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
@@ -118,7 +130,10 @@ struct NetworkBody {
 }
 
 async fn get_network(State(app): State<App>) -> Response {
-    json_response(StatusCode::OK, json!({ "down": app.control.network_down() }))
+    json_response(
+        StatusCode::OK,
+        json!({ "down": app.control.network_down() }),
+    )
 }
 
 async fn set_network(State(app): State<App>, body: Bytes) -> Response {

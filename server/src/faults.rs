@@ -57,7 +57,10 @@ pub enum Fault {
     Refuse,
     DropAfterCommit,
     Hang,
-    Status { status: u16, retry_after: Option<String> },
+    Status {
+        status: u16,
+        retry_after: Option<String>,
+    },
     OutcomeUnknown,
     Delay(Duration),
 }
@@ -75,7 +78,11 @@ impl Rule {
         };
         let retry_after = match spec.retry_after {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) if !s.is_empty() && s.bytes().all(|b| (0x20..0x7f).contains(&b)) => Some(s),
+            Some(Value::String(s))
+                if !s.is_empty() && s.bytes().all(|b| (0x20..0x7f).contains(&b)) =>
+            {
+                Some(s)
+            }
             Some(Value::Number(n)) if n.as_u64().is_some() => Some(n.to_string()),
             Some(other) => return Err(format!("bad retryAfter {other}")),
         };
@@ -92,7 +99,10 @@ impl Rule {
 
     fn matches(&self, method: &str, path: &str) -> bool {
         self.remaining != Some(0)
-            && self.method.as_deref().is_none_or(|m| m.eq_ignore_ascii_case(method))
+            && self
+                .method
+                .as_deref()
+                .is_none_or(|m| m.eq_ignore_ascii_case(method))
             && glob_match(self.path.as_bytes(), path.as_bytes())
     }
 
@@ -164,14 +174,21 @@ mod tests {
         assert_eq!(take(&mut rules, "GET", "/api/notes"), None);
         assert_eq!(
             take(&mut rules, "POST", "/api/notes"),
-            Some(Fault::Status { status: 503, retry_after: Some("2".into()) })
+            Some(Fault::Status {
+                status: 503,
+                retry_after: Some("2".into())
+            })
         );
         assert_eq!(take(&mut rules, "POST", "/api/notes"), None);
     }
 
     #[test]
     fn rejects_bad_rules() {
-        let bad = |j: &str| serde_json::from_str::<RuleSpec>(j).map_err(|e| e.to_string()).and_then(Rule::from_spec);
+        let bad = |j: &str| {
+            serde_json::from_str::<RuleSpec>(j)
+                .map_err(|e| e.to_string())
+                .and_then(Rule::from_spec)
+        };
         assert!(bad(r#"{"path":"/x","kind":"explode"}"#).is_err());
         assert!(bad(r#"{"path":"x","kind":"refuse"}"#).is_err());
         assert!(bad(r#"{"path":"/x","kind":"status","status":42}"#).is_err());

@@ -48,7 +48,6 @@ pub fn storage_error(err: impl std::fmt::Display) -> Response {
 }
 
 /// Parses a JSON request body; malformed input is the client's fault (400), never a panic.
-#[allow(clippy::result_large_err)]
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
     serde_json::from_slice(body).map_err(|_| detail(StatusCode::BAD_REQUEST, "invalid_json"))
 }

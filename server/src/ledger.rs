@@ -161,7 +161,18 @@ impl SqliteLedger {
         // IMMEDIATE takes the write lock up front, so two processes on one file cannot both
         // see "absent" and both claim.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        type Row = (String, String, Vec<u8>, String, i64, i64, Option<i64>, Option<String>, Option<String>, Option<Vec<u8>>);
+        type Row = (
+            String,
+            String,
+            Vec<u8>,
+            String,
+            i64,
+            i64,
+            Option<i64>,
+            Option<String>,
+            Option<String>,
+            Option<Vec<u8>>,
+        );
         let row: Option<Row> = tx
             .query_row(
                 "SELECT method, path, body_sha256, state, created_ms, heartbeat_ms,
@@ -184,7 +195,9 @@ impl SqliteLedger {
                 },
             )
             .optional()?;
-        if let Some((method, path, sha, state, created_ms, heartbeat_ms, status, ct, loc, body)) = row {
+        if let Some((method, path, sha, state, created_ms, heartbeat_ms, status, ct, loc, body)) =
+            row
+        {
             if created_ms >= expired_before_ms {
                 let outcome = if method != fp.method || path != fp.path || sha != fp.body_sha256 {
                     Begin::Reused
@@ -234,7 +247,9 @@ impl Ledger for SqliteLedger {
         now_ms: i64,
         expired_before_ms: i64,
     ) -> LedgerFuture<'a, Begin> {
-        Box::pin(async move { self.begin_sync(scope, fingerprint, token, now_ms, expired_before_ms) })
+        Box::pin(
+            async move { self.begin_sync(scope, fingerprint, token, now_ms, expired_before_ms) },
+        )
     }
 
     fn heartbeat<'a>(
@@ -316,9 +331,15 @@ mod tests {
     #[tokio::test]
     async fn claim_then_complete_then_replay() {
         let l = ledger();
-        let s = Scope { account: "alice".into(), key: "k".repeat(22) };
+        let s = Scope {
+            account: "alice".into(),
+            key: "k".repeat(22),
+        };
         let t = ClaimToken("t1".into());
-        assert_eq!(l.begin(&s, &fp(b"a"), &t, 1000, 0).await.unwrap(), Begin::Claimed(t.clone()));
+        assert_eq!(
+            l.begin(&s, &fp(b"a"), &t, 1000, 0).await.unwrap(),
+            Begin::Claimed(t.clone())
+        );
         let t2 = ClaimToken("t2".into());
         assert_eq!(
             l.begin(&s, &fp(b"a"), &t2, 1001, 0).await.unwrap(),
@@ -329,19 +350,46 @@ mod tests {
             l.begin(&s, &fp(b"a"), &t2, 1501, 0).await.unwrap(),
             Begin::Running { heartbeat_ms: 1500 }
         );
-        assert_eq!(l.begin(&s, &fp(b"b"), &t2, 1502, 0).await.unwrap(), Begin::Reused);
-        let ans = StoredAnswer { status: 201, content_type: Some("application/json".into()), location: None, body: b"{}".to_vec() };
+        assert_eq!(
+            l.begin(&s, &fp(b"b"), &t2, 1502, 0).await.unwrap(),
+            Begin::Reused
+        );
+        let ans = StoredAnswer {
+            status: 201,
+            content_type: Some("application/json".into()),
+            location: None,
+            body: b"{}".to_vec(),
+        };
         // A stranger's token cannot complete the claim.
         l.complete(&s, &t2, &ans).await.unwrap();
-        assert!(matches!(l.begin(&s, &fp(b"a"), &t2, 1503, 0).await.unwrap(), Begin::Running { .. }));
+        assert!(matches!(
+            l.begin(&s, &fp(b"a"), &t2, 1503, 0).await.unwrap(),
+            Begin::Running { .. }
+        ));
         l.complete(&s, &t, &ans).await.unwrap();
-        assert_eq!(l.begin(&s, &fp(b"a"), &t2, 1504, 0).await.unwrap(), Begin::Completed(ans));
+        assert_eq!(
+            l.begin(&s, &fp(b"a"), &t2, 1504, 0).await.unwrap(),
+            Begin::Completed(ans)
+        );
         // Another account's identical key is a different entry.
-        let other = Scope { account: "bob".into(), key: s.key.clone() };
-        assert_eq!(l.begin(&other, &fp(b"a"), &t2, 1505, 0).await.unwrap(), Begin::Claimed(t2.clone()));
+        let other = Scope {
+            account: "bob".into(),
+            key: s.key.clone(),
+        };
+        assert_eq!(
+            l.begin(&other, &fp(b"a"), &t2, 1505, 0).await.unwrap(),
+            Begin::Claimed(t2.clone())
+        );
         // Expired: claimable again; pruning removes old rows.
         let t3 = ClaimToken("t3".into());
-        assert_eq!(l.begin(&s, &fp(b"z"), &t3, 9000, 5000).await.unwrap(), Begin::Claimed(t3));
-        assert_eq!(l.prune(9000).await.unwrap(), 1, "bob's entry (created 1505) is pruned");
+        assert_eq!(
+            l.begin(&s, &fp(b"z"), &t3, 9000, 5000).await.unwrap(),
+            Begin::Claimed(t3)
+        );
+        assert_eq!(
+            l.prune(9000).await.unwrap(),
+            1,
+            "bob's entry (created 1505) is pruned"
+        );
     }
 }

@@ -16,7 +16,6 @@ use axum::Extension;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-#[allow(clippy::result_large_err)]
 fn signed_in(current: CurrentSession) -> Result<Session, Response> {
     current
         .0
@@ -43,7 +42,6 @@ struct NewNote {
 
 /// A non-empty string field, or 400: a malformed write must be a clean 4xx (which the
 /// outbox surfaces as `rejected`), never a half-applied change.
-#[allow(clippy::result_large_err)]
 fn text_field(v: Value) -> Result<String, Response> {
     match v {
         Value::String(s) if !s.trim().is_empty() => Ok(s),

@@ -262,7 +262,12 @@ impl Store {
         Ok(true)
     }
 
-    pub fn create_note(&self, owner: &str, text: &str, info: &WriteInfo) -> Result<Note, StoreError> {
+    pub fn create_note(
+        &self,
+        owner: &str,
+        text: &str,
+        info: &WriteInfo,
+    ) -> Result<Note, StoreError> {
         let mut conn = self.db.lock();
         let tx = conn.transaction()?;
         tx.execute(
@@ -281,7 +286,8 @@ impl Store {
 
     pub fn list_notes(&self, owner: &str) -> Result<Vec<Note>, StoreError> {
         let conn = self.db.lock();
-        let mut stmt = conn.prepare("SELECT id, text, owner FROM notes WHERE owner = ?1 ORDER BY id")?;
+        let mut stmt =
+            conn.prepare("SELECT id, text, owner FROM notes WHERE owner = ?1 ORDER BY id")?;
         let rows = stmt.query_map(params![owner], |row| {
             Ok(Note {
                 id: row.get(0)?,
@@ -294,8 +300,9 @@ impl Store {
 
     pub fn applied(&self) -> Result<Vec<Applied>, StoreError> {
         let conn = self.db.lock();
-        let mut stmt =
-            conn.prepare("SELECT seq, user_id, method, path, idem_key, body FROM applied ORDER BY seq")?;
+        let mut stmt = conn.prepare(
+            "SELECT seq, user_id, method, path, idem_key, body FROM applied ORDER BY seq",
+        )?;
         let rows = stmt.query_map([], |row| {
             Ok(Applied {
                 seq: row.get(0)?,

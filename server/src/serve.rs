@@ -1,0 +1,171 @@
+//! The connection loop. axum's own `serve` always answers; this one can also close a
+//! connection without a byte, which is how the network-down switch and the `refuse` /
+//! `drop-after-commit` faults look like real network failures to a browser.
+
+use crate::app::{self, App};
+use crate::config::Config;
+use crate::http_util::{now_ms, DropConnection};
+use crate::statics::Www;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinSet;
+use tower::ServiceExt;
+
+/// A server started by [`spawn`].
+pub struct RunningServer {
+    /// The bound address (the real port when the config said 0).
+    pub addr: SocketAddr,
+    pub app: App,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Stops accepting, lets open connections finish (up to the grace period), and waits.
+    pub async fn shutdown(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+
+    /// Waits until the server stops (it only stops through [`RunningServer::shutdown`]
+    /// or its `stop` future).
+    pub async fn wait(&mut self) {
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Opens the database, binds, and serves in a background task until `shutdown` is called.
+/// The listener is accepting (kernel backlog) when this returns.
+pub async fn spawn(config: Config) -> Result<RunningServer, String> {
+    let app = App::open(&config)?;
+    let listener = TcpListener::bind((config.host, config.port))
+        .await
+        .map_err(|e| format!("binding {}:{}: {e}", config.host, config.port))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let router = app::router(app.clone(), Www(Arc::new(config.www.clone())));
+    let (tx, rx) = oneshot::channel::<()>();
+    let pruner = tokio::spawn(prune_loop(app.clone()));
+    let grace = config.shutdown_grace;
+    // With faults possible, every connection carries one request. Chromium (and Firefox)
+    // silently re-send a request, POST included, when a *reused* keep-alive connection closes
+    // without an answer; a dropped write would then reach the server twice and the page
+    // would never see the network error the switch exists to produce. On a fresh
+    // connection the browser reports the failure instead.
+    let keep_alive = !config.mode.has_control();
+    let task = tokio::spawn(async move {
+        serve(
+            listener,
+            router,
+            async {
+                let _ = rx.await;
+            },
+            grace,
+            keep_alive,
+        )
+        .await;
+        pruner.abort();
+    });
+    Ok(RunningServer {
+        addr,
+        app,
+        shutdown: Some(tx),
+        task,
+    })
+}
+
+/// Deletes expired ledger entries now and then; expired entries are already ignored by
+/// `begin`, so this only bounds the table's size.
+async fn prune_loop(app: App) {
+    let mut tick = tokio::time::interval(app.timings.prune_every);
+    loop {
+        tick.tick().await;
+        let cutoff = now_ms() - i64::try_from(app.timings.expiry.as_millis()).unwrap_or(i64::MAX);
+        if let Err(e) = app.ledger.prune(cutoff).await {
+            eprintln!("sw-outbox-server: pruning the ledger failed: {e}");
+        }
+    }
+}
+
+/// Accepts HTTP/1.1 connections until `stop` resolves, then shuts down gracefully.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    stop: impl std::future::Future<Output = ()>,
+    grace: Duration,
+    keep_alive: bool,
+) {
+    let (closing_tx, closing_rx) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        eprintln!("sw-outbox-server: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                conns.spawn(connection(stream, router.clone(), closing_rx.clone(), keep_alive));
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let _ = closing_tx.send(true);
+    let drained =
+        tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        conns.abort_all();
+    }
+}
+
+async fn connection(
+    stream: tokio::net::TcpStream,
+    router: Router,
+    mut closing: watch::Receiver<bool>,
+    keep_alive: bool,
+) {
+    let service = service_fn(move |req: hyper::Request<Incoming>| {
+        let router = router.clone();
+        async move {
+            let resp = match router.oneshot(req).await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            };
+            // An error from the service makes hyper close the connection without writing
+            // a response: exactly a network failure from the client's point of view.
+            if resp.extensions().get::<DropConnection>().is_some() {
+                Err(DropConnection)
+            } else {
+                Ok(resp)
+            }
+        }
+    });
+    let conn = http1::Builder::new()
+        .keep_alive(keep_alive)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = async { let _ = closing.wait_for(|c| *c).await; } => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}

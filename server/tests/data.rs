@@ -1,0 +1,285 @@
+mod common;
+
+use common::*;
+use sw_outbox_server::Mode;
+
+#[tokio::test]
+async fn tasks_crud_per_account_and_project() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let bob = Client::login(srv.addr, "bob").await;
+
+    let r = alice
+        .post("/api/projects/p1/tasks", None, r#"{"title":"one"}"#)
+        .await;
+    assert_eq!(r.status, 201);
+    let t = r.json();
+    assert_eq!(t["projectId"], "p1");
+    assert_eq!(t["title"], "one");
+    assert_eq!(t["owner"], "alice");
+    let id = t["id"].as_i64().expect("id");
+    assert_eq!(
+        r.header("location"),
+        Some(format!("/api/projects/p1/tasks/{id}").as_str())
+    );
+    alice
+        .post("/api/projects/p1/tasks", None, r#"{"title":"two"}"#)
+        .await;
+    alice
+        .post(
+            "/api/projects/p2/tasks",
+            None,
+            r#"{"title":"other project"}"#,
+        )
+        .await;
+    bob.post("/api/projects/p1/tasks", None, r#"{"title":"bob's"}"#)
+        .await;
+
+    let list = alice.get("/api/projects/p1/tasks").await;
+    assert_eq!(list.status, 200);
+    let titles: Vec<_> = list.json()["tasks"]
+        .as_array()
+        .expect("tasks")
+        .iter()
+        .map(|t| t["title"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(titles, ["one", "two"]);
+
+    let p = alice
+        .send(
+            "PATCH",
+            &format!("/api/projects/p1/tasks/{id}"),
+            &[],
+            Some(br#"{"done":true}"#),
+        )
+        .await;
+    assert_eq!(p.status, 200);
+    assert_eq!(p.json()["done"], true);
+    assert_eq!(p.json()["title"], "one");
+    let p = bob
+        .send(
+            "PATCH",
+            &format!("/api/projects/p1/tasks/{id}"),
+            &[],
+            Some(br#"{"done":true}"#),
+        )
+        .await;
+    assert_eq!(p.status, 404, "bob cannot touch alice's task");
+    let p = alice
+        .send(
+            "PATCH",
+            &format!("/api/projects/p1/tasks/{id}"),
+            &[],
+            Some(br#"{"done":"yes"}"#),
+        )
+        .await;
+    assert_eq!(p.status, 400);
+
+    let d = alice
+        .send("DELETE", &format!("/api/projects/p1/tasks/{id}"), &[], None)
+        .await;
+    assert_eq!(d.status, 204);
+    let d = alice
+        .send("DELETE", &format!("/api/projects/p1/tasks/{id}"), &[], None)
+        .await;
+    assert_eq!(d.status, 404);
+    assert_eq!(
+        alice.get("/api/projects/p1/tasks").await.json()["tasks"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+
+    let bad = alice
+        .post("/api/projects/p1/tasks", None, r#"{"title":5}"#)
+        .await;
+    assert_eq!(bad.status, 400);
+    assert_eq!(
+        Client::anonymous(srv.addr)
+            .get("/api/projects/p1/tasks")
+            .await
+            .status,
+        401
+    );
+
+    // applied: every data change in order, nothing for refused or 404 writes.
+    let log = applied(srv.addr).await;
+    let methods: Vec<_> = log
+        .iter()
+        .map(|e| e["method"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(methods, ["POST", "POST", "POST", "POST", "PATCH", "DELETE"]);
+    assert_eq!(log[0]["user"], "alice");
+    assert_eq!(log[0]["path"], "/api/projects/p1/tasks");
+    assert_eq!(log[0]["body"], r#"{"title":"one"}"#);
+    assert!(log[0]["key"].is_null());
+    assert_eq!(log[3]["user"], "bob");
+    let seqs: Vec<_> = log.iter().map(|e| e["seq"].as_i64().unwrap_or(0)).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn notes_are_account_level() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let bob = Client::login(srv.addr, "bob").await;
+    let r = alice.post("/api/notes", None, r#"{"text":"hello"}"#).await;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.json()["text"], "hello");
+    assert_eq!(r.json()["owner"], "alice");
+    assert!(r.json()["id"].is_i64());
+    assert_eq!(
+        alice.get("/api/notes").await.json()["notes"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(
+        bob.get("/api/notes").await.json()["notes"]
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+    assert_eq!(alice.get("/api/nothing-here").await.status, 404);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn static_files() {
+    let srv = start(fast_timings()).await;
+    let c = Client::anonymous(srv.addr);
+    let index = c.get("/").await;
+    assert_eq!(index.status, 200);
+    assert_eq!(index.header("cache-control"), Some("no-cache"));
+    // Test mode: no keep-alive, so a dropped connection is never a reused one.
+    assert_eq!(index.header("connection"), Some("close"));
+    assert!(index
+        .header("content-type")
+        .unwrap_or("")
+        .starts_with("text/html"));
+    let sw = c.get("/sw.js").await;
+    assert_eq!(sw.header("content-type"), Some("text/javascript"));
+    assert_eq!(sw.body, b"self.x = 1;");
+    let wasm = c.get("/pkg/app.wasm").await;
+    assert_eq!(wasm.header("content-type"), Some("application/wasm"));
+    assert_eq!(wasm.header("cache-control"), Some("no-cache"));
+    assert_eq!(c.get("/missing.js").await.status, 404);
+    assert_eq!(c.get("/../../etc/passwd").await.status, 404);
+    assert_eq!(c.get("/%2e%2e/%2e%2e/etc/passwd").await.status, 404);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn control_routes_absent_in_prod_and_cors_in_test() {
+    let prod = start_with(fast_timings(), Mode::Prod).await;
+    let r = Client::anonymous(prod.addr)
+        .send("POST", "/__control/network", &[], Some(br#"{"down":true}"#))
+        .await;
+    assert_ne!(r.status, 200);
+    let r = Client::anonymous(prod.addr).get("/__control/applied").await;
+    assert_eq!(r.status, 404);
+    prod.shutdown().await;
+
+    let srv = start(fast_timings()).await;
+    let c = Client::anonymous(srv.addr);
+    let r = c.get("/__control/applied").await;
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    let pre = c
+        .send(
+            "OPTIONS",
+            "/__control/faults",
+            &[
+                ("Origin", "http://other.example"),
+                ("Access-Control-Request-Method", "POST"),
+            ],
+            None,
+        )
+        .await;
+    assert!(pre.status == 204 || pre.status == 200, "{}", pre.status);
+    assert_eq!(pre.header("access-control-allow-origin"), Some("*"));
+    assert!(pre
+        .header("access-control-allow-headers")
+        .unwrap_or("")
+        .contains("content-type"));
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn requests_log_and_reset() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let k = key("reqlog");
+    alice
+        .send(
+            "POST",
+            "/api/notes",
+            &[("Idempotency-Key", &k), ("X-PM-Expected-Account", "alice")],
+            Some(br#"{"text":"a"}"#),
+        )
+        .await;
+    control(
+        srv.addr,
+        "POST",
+        "/__control/network",
+        Some(r#"{"down":true}"#),
+    )
+    .await;
+    assert!(alice
+        .try_send("GET", "/api/notes", &[], None)
+        .await
+        .expect("io")
+        .is_none());
+    control(
+        srv.addr,
+        "POST",
+        "/__control/network",
+        Some(r#"{"down":false}"#),
+    )
+    .await;
+
+    let log = control(srv.addr, "GET", "/__control/requests", None).await;
+    let reqs = log["requests"].as_array().expect("requests");
+    assert_eq!(reqs.len(), 3, "{reqs:?}");
+    assert_eq!(reqs[0]["path"], "/api/auth/login");
+    assert!(reqs[0]["user"].is_null());
+    assert_eq!(reqs[1]["method"], "POST");
+    assert_eq!(reqs[1]["key"], k.as_str());
+    assert_eq!(reqs[1]["expectedAccount"], "alice");
+    assert_eq!(
+        reqs[1]["csrf"],
+        alice.csrf.clone().unwrap_or_default().as_str()
+    );
+    assert_eq!(reqs[1]["user"], "alice");
+    assert_eq!(reqs[1]["status"], 201);
+    assert!(
+        reqs[2]["status"].is_null(),
+        "dropped connection has no status"
+    );
+    assert!(reqs[0]["seq"].as_u64() < reqs[1]["seq"].as_u64());
+
+    faults(srv.addr, r#"[{"path":"/api/**","kind":"refuse"}]"#).await;
+    control(
+        srv.addr,
+        "POST",
+        "/__control/network",
+        Some(r#"{"down":true}"#),
+    )
+    .await;
+    control(srv.addr, "POST", "/__control/reset", Some("{}")).await;
+    // After reset: network up, no faults, no data, no sessions, empty logs, no ledger.
+    assert_eq!(alice.get("/api/auth/me").await.status, 401);
+    assert!(applied(srv.addr).await.is_empty());
+    let alice = Client::login(srv.addr, "alice").await;
+    let r = alice.post("/api/notes", Some(&k), r#"{"text":"a"}"#).await;
+    assert_eq!(r.status, 201);
+    assert!(r.header("idempotent-replayed").is_none(), "ledger cleared");
+    assert_eq!(r.json()["id"], 1, "ids restart after reset");
+    let log = control(srv.addr, "GET", "/__control/requests", None).await;
+    assert_eq!(
+        log["requests"].as_array().map(Vec::len),
+        Some(3),
+        "me, login, post since the reset"
+    );
+    srv.shutdown().await;
+}

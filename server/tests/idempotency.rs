@@ -1,0 +1,419 @@
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+
+#[tokio::test]
+async fn first_apply_then_replay_with_same_answer() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let k = key("replay");
+    let first = alice
+        .post("/api/projects/p1/tasks", Some(&k), r#"{"title":"once"}"#)
+        .await;
+    assert_eq!(first.status, 201);
+    assert!(first.header("idempotent-replayed").is_none());
+    let again = alice
+        .post("/api/projects/p1/tasks", Some(&k), r#"{"title":"once"}"#)
+        .await;
+    assert_eq!(again.status, 201);
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("location"), first.header("location"));
+    assert!(again.header("location").is_some());
+    assert_eq!(again.header("content-type"), Some("application/json"));
+
+    let log = applied(srv.addr).await;
+    assert_eq!(log.len(), 1, "applied once: {log:?}");
+    assert_eq!(log[0]["key"], k.as_str());
+    assert_eq!(
+        alice.get("/api/projects/p1/tasks").await.json()["tasks"]
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+
+    // A replay is still a write: it needs the session and the CSRF token.
+    let mut no_csrf = alice.clone();
+    no_csrf.csrf = None;
+    let r = no_csrf
+        .post("/api/projects/p1/tasks", Some(&k), r#"{"title":"once"}"#)
+        .await;
+    assert_eq!(r.status, 403);
+
+    // 204 with no body replays as 204.
+    let id = first.json()["id"].as_i64().expect("id");
+    let dk = key("delete");
+    let path = format!("/api/projects/p1/tasks/{id}");
+    let d1 = alice
+        .send("DELETE", &path, &[("Idempotency-Key", &dk)], None)
+        .await;
+    let d2 = alice
+        .send("DELETE", &path, &[("Idempotency-Key", &dk)], None)
+        .await;
+    assert_eq!(
+        (d1.status, d2.status),
+        (204, 204),
+        "not 404: the delete is not re-run"
+    );
+    assert_eq!(d2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(applied(srv.addr).await.len(), 2);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn keyless_writes_are_applied_each_time() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    alice.post("/api/notes", None, r#"{"text":"a"}"#).await;
+    let r = alice.post("/api/notes", None, r#"{"text":"a"}"#).await;
+    assert!(r.header("idempotent-replayed").is_none());
+    assert_eq!(applied(srv.addr).await.len(), 2);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_keys_are_refused() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let long = "a".repeat(65);
+    for bad in [
+        "short",
+        "has a space in it......",
+        "bang!bang!bang!bang!bang!",
+        long.as_str(),
+    ] {
+        let r = alice.post("/api/notes", Some(bad), r#"{"text":"x"}"#).await;
+        assert_eq!(
+            (r.status, r.detail().as_str()),
+            (400, "idempotency_key_invalid"),
+            "{bad}"
+        );
+    }
+    assert!(applied(srv.addr).await.is_empty());
+    // A UUID is a valid key.
+    let r = alice
+        .post(
+            "/api/notes",
+            Some("0b9f6c1e-8a9d-4c3e-9f2a-1d2c3b4a5e6f"),
+            r#"{"text":"x"}"#,
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn key_reused_for_a_different_request() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let k = key("reused");
+    assert_eq!(
+        alice
+            .post("/api/projects/p1/tasks", Some(&k), r#"{"title":"a"}"#)
+            .await
+            .status,
+        201
+    );
+    let other_body = alice
+        .post("/api/projects/p1/tasks", Some(&k), r#"{"title":"b"}"#)
+        .await;
+    assert_eq!(
+        (other_body.status, other_body.detail().as_str()),
+        (422, "idempotency_key_reused")
+    );
+    let other_path = alice
+        .post("/api/projects/p2/tasks", Some(&k), r#"{"title":"a"}"#)
+        .await;
+    assert_eq!(other_path.status, 422);
+    let other_query = alice
+        .post("/api/projects/p1/tasks?x=1", Some(&k), r#"{"title":"a"}"#)
+        .await;
+    assert_eq!(
+        other_query.status, 422,
+        "the query is part of the fingerprint"
+    );
+    let other_method = alice
+        .send(
+            "PUT",
+            "/api/projects/p1/tasks",
+            &[("Idempotency-Key", &k)],
+            Some(br#"{"title":"a"}"#),
+        )
+        .await;
+    assert_eq!(other_method.status, 422);
+    assert_eq!(applied(srv.addr).await.len(), 1);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn scope_is_per_account() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let bob = Client::login(srv.addr, "bob").await;
+    let k = key("scope");
+    let a = alice
+        .post("/api/notes", Some(&k), r#"{"text":"same"}"#)
+        .await;
+    let b = bob.post("/api/notes", Some(&k), r#"{"text":"same"}"#).await;
+    assert_eq!((a.status, b.status), (201, 201));
+    assert!(
+        b.header("idempotent-replayed").is_none(),
+        "bob never sees alice's answer"
+    );
+    assert_eq!(b.json()["owner"], "bob");
+    // And a different body under bob's copy of the key is bob's business only.
+    let b2 = bob.post("/api/notes", Some(&k), r#"{"text":"same"}"#).await;
+    assert_eq!(b2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(b2.json()["owner"], "bob");
+    assert_eq!(applied(srv.addr).await.len(), 2);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn client_errors_are_stored_and_replayed() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let k = key("fourxx");
+    let r1 = alice
+        .post("/api/projects/p1/tasks", Some(&k), r#"{"title":""}"#)
+        .await;
+    assert_eq!(r1.status, 400);
+    let r2 = alice
+        .post("/api/projects/p1/tasks", Some(&k), r#"{"title":""}"#)
+        .await;
+    assert_eq!(r2.status, 400);
+    assert_eq!(r2.header("idempotent-replayed"), Some("true"));
+    assert_eq!(r2.body, r1.body);
+
+    // A 404 is stored too: creating the task later does not make the old key apply.
+    let k404 = key("fourohfour");
+    let p1 = alice
+        .send(
+            "PATCH",
+            "/api/projects/p1/tasks/1",
+            &[("Idempotency-Key", &k404)],
+            Some(br#"{"done":true}"#),
+        )
+        .await;
+    assert_eq!(p1.status, 404);
+    alice
+        .post(
+            "/api/projects/p1/tasks",
+            None,
+            r#"{"title":"now task 1 exists"}"#,
+        )
+        .await;
+    let p2 = alice
+        .send(
+            "PATCH",
+            "/api/projects/p1/tasks/1",
+            &[("Idempotency-Key", &k404)],
+            Some(br#"{"done":true}"#),
+        )
+        .await;
+    assert_eq!(p2.status, 404);
+    assert_eq!(p2.header("idempotent-replayed"), Some("true"));
+    let log = applied(srv.addr).await;
+    assert_eq!(log.len(), 1, "only the keyless create: {log:?}");
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn duplicate_waits_for_a_running_first_attempt() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    faults(
+        srv.addr,
+        r#"[{"path":"/api/notes","kind":"delay","delayMs":150,"times":1}]"#,
+    )
+    .await;
+    let k = key("waitok");
+    let first = {
+        let (alice, k) = (alice.clone(), k.clone());
+        tokio::spawn(async move { alice.post("/api/notes", Some(&k), r#"{"text":"w"}"#).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let dup = alice.post("/api/notes", Some(&k), r#"{"text":"w"}"#).await;
+    assert_eq!(dup.status, 201, "{:?}", String::from_utf8_lossy(&dup.body));
+    assert_eq!(dup.header("idempotent-replayed"), Some("true"));
+    let first = first.await.expect("join");
+    assert_eq!(first.status, 201);
+    assert!(first.header("idempotent-replayed").is_none());
+    assert_eq!(dup.body, first.body);
+    assert_eq!(applied(srv.addr).await.len(), 1);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn in_progress_after_the_wait_bound() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    // Longer than stale_after (600 ms): only the heartbeat keeps the claim alive.
+    faults(
+        srv.addr,
+        r#"[{"path":"/api/notes","kind":"delay","delayMs":1500,"times":1}]"#,
+    )
+    .await;
+    let k = key("inprog");
+    let first = {
+        let (alice, k) = (alice.clone(), k.clone());
+        tokio::spawn(async move {
+            alice
+                .post("/api/notes", Some(&k), r#"{"text":"slow"}"#)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let dup = alice
+        .post("/api/notes", Some(&k), r#"{"text":"slow"}"#)
+        .await;
+    let waited = started.elapsed();
+    assert_eq!(
+        (dup.status, dup.detail().as_str()),
+        (409, "idempotency_in_progress")
+    );
+    assert!(
+        waited >= Duration::from_millis(280),
+        "waited only {waited:?}"
+    );
+
+    // Past the stale bound, still alive thanks to the heartbeat: in progress, not unknown.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let dup = alice
+        .post("/api/notes", Some(&k), r#"{"text":"slow"}"#)
+        .await;
+    assert_eq!(dup.detail(), "idempotency_in_progress");
+
+    let first = first.await.expect("join");
+    assert_eq!(first.status, 201);
+    let after = alice
+        .post("/api/notes", Some(&k), r#"{"text":"slow"}"#)
+        .await;
+    assert_eq!(after.header("idempotent-replayed"), Some("true"));
+    assert_eq!(applied(srv.addr).await.len(), 1);
+    srv.shutdown().await;
+}
+
+/// The crash window: the claim is committed, then the request dies before completing. The
+/// outcome is unknown; the write must never be applied (again) by a retry.
+#[tokio::test]
+async fn cancelled_request_becomes_outcome_unknown_and_never_reruns() {
+    let srv = start(fast_timings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    faults(
+        srv.addr,
+        r#"[{"path":"/api/notes","kind":"delay","delayMs":1200,"times":1}]"#,
+    )
+    .await;
+    let k = key("crash");
+    let body = r#"{"text":"lost"}"#;
+
+    // Send the request by hand, then hang up mid-run.
+    let mut stream = tokio::net::TcpStream::connect(srv.addr)
+        .await
+        .expect("connect");
+    let req = format!(
+        "POST /api/notes HTTP/1.1\r\nHost: x\r\nCookie: {}\r\nX-CSRF-Token: {}\r\nIdempotency-Key: {k}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        alice.cookie.clone().unwrap_or_default(),
+        alice.csrf.clone().unwrap_or_default(),
+        body.len()
+    );
+    stream.write_all(req.as_bytes()).await.expect("write");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    drop(stream);
+
+    // Right after: the claim is fresh, so it looks in progress.
+    let r = alice.post("/api/notes", Some(&k), body).await;
+    assert_eq!(r.detail(), "idempotency_in_progress");
+    // Past the stale bound: the heartbeat died with the request.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = alice.post("/api/notes", Some(&k), body).await;
+    assert_eq!(
+        (r.status, r.detail().as_str()),
+        (409, "idempotency_outcome_unknown")
+    );
+    // Past the point where the cancelled route would have finished: it never ran, and the
+    // answer stays "unknown" (never re-run).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = alice.post("/api/notes", Some(&k), body).await;
+    assert_eq!(r.detail(), "idempotency_outcome_unknown");
+    assert!(
+        applied(srv.addr).await.is_empty(),
+        "the cancelled route did not run"
+    );
+    assert_eq!(
+        alice.get("/api/notes").await.json()["notes"]
+            .as_array()
+            .map(Vec::len),
+        Some(0)
+    );
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn expired_entries_apply_again() {
+    let mut t = fast_timings();
+    t.expiry = Duration::from_millis(400);
+    t.prune_every = Duration::from_millis(100);
+    let srv = start(t).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let k = key("expiry");
+    assert_eq!(
+        alice
+            .post("/api/notes", Some(&k), r#"{"text":"e"}"#)
+            .await
+            .status,
+        201
+    );
+    let r = alice.post("/api/notes", Some(&k), r#"{"text":"e"}"#).await;
+    assert_eq!(r.header("idempotent-replayed"), Some("true"));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Pruned by now: nothing left to prune.
+    assert_eq!(
+        srv.app.ledger.prune(i64::MAX).await.expect("prune"),
+        0,
+        "pruner ran"
+    );
+    let r = alice.post("/api/notes", Some(&k), r#"{"text":"e"}"#).await;
+    assert_eq!(r.status, 201);
+    assert!(r.header("idempotent-replayed").is_none());
+    // An expired entry is also replaced when the pruner has not run yet; a different body
+    // is then no longer "key reused".
+    assert_eq!(applied(srv.addr).await.len(), 2);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn expired_but_unpruned_entry_is_replaced() {
+    let mut t = fast_timings();
+    t.expiry = Duration::from_millis(300);
+    let srv = start(t).await; // prune_every is an hour: only `begin` sees the expiry
+    let alice = Client::login(srv.addr, "alice").await;
+    let k = key("unpruned");
+    assert_eq!(
+        alice
+            .post("/api/notes", Some(&k), r#"{"text":"1"}"#)
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        alice
+            .post("/api/notes", Some(&k), r#"{"text":"2"}"#)
+            .await
+            .status,
+        422
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        alice
+            .post("/api/notes", Some(&k), r#"{"text":"2"}"#)
+            .await
+            .status,
+        201
+    );
+    srv.shutdown().await;
+}
