@@ -382,7 +382,10 @@ async function probeControl() {
 async function startOutbox() {
   const status = $('worker-status');
   try {
-    const client = await registerOutbox();
+    // `?swconfig=<json>` on the demo's URL is handed to the worker (tests use it).
+    const swConfig = new URLSearchParams(location.search).get('swconfig');
+    const scriptUrl = swConfig ? `/sw.js?config=${encodeURIComponent(swConfig)}` : '/sw.js';
+    const client = await registerOutbox({ scriptUrl });
     state.client = demo.client = client;
     client.on('*', (m) => { if (m.type !== 'COMMAND_RESULT' && m.type !== 'QUEUE_STATE') onReport(m); });
     status.dataset.state = 'online';

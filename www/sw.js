@@ -23,6 +23,10 @@ const DEMO_CONFIG = {
 };
 
 const CONFIG = Object.assign({}, self.SW_OUTBOX_CONFIG || DEMO_CONFIG);
+// `sw.js?config=<json>` overrides fields, for tests and demos (the demo page passes its
+// own `?swconfig=` through). A malformed value stops the worker from installing.
+const OVERRIDE = new URL(self.location.href).searchParams.get('config');
+if (OVERRIDE) Object.assign(CONFIG, JSON.parse(OVERRIDE));
 CONFIG.build = self.SW_OUTBOX_BUILD || 'dev';
 CONFIG.precache = (CONFIG.precache || []).map((u) => new URL(u, BASE).href);
 

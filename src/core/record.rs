@@ -207,6 +207,7 @@ impl RecordMeta {
             RecordState::NeedsAttention(r) => ("needs-attention", Some(r.as_str())),
         };
         MutableFields {
+            timestamp: self.timestamp,
             owner_id: self.owner.clone(),
             workspace: self.workspace.clone(),
             idempotency_key: self.key.as_ref().map(|k| k.as_str().to_owned()),
@@ -224,6 +225,7 @@ impl RecordMeta {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MutableFields {
+    pub timestamp: u64,
     pub owner_id: Option<String>,
     pub workspace: Option<String>,
     pub idempotency_key: Option<String>,

@@ -51,12 +51,16 @@ pub enum RecoveryRefused {
     NoRandomness,
 }
 
-/// Decides a `RECOVER_RECORD` for a record (`None`: it is gone or unreadable).
+/// Decides a `RECOVER_RECORD` for a record (`None`: it is gone or unreadable). A retry
+/// is a new write as far as retention goes: its `timestamp` becomes `now_ms`, so an
+/// expired record retried is not expired again at once. Its place in the queue (its id)
+/// is kept.
 pub fn recover(
     id: RecordId,
     record: Option<&RecordMeta>,
     owner: &str,
     action: RecoverAction,
+    now_ms: u64,
     mint: impl FnOnce() -> Option<IdempotencyKey>,
 ) -> Result<Recovery, RecoveryRefused> {
     let r = record.ok_or(RecoveryRefused::Missing(id))?;
@@ -74,6 +78,7 @@ pub fn recover(
             n.state = RecordState::Queued;
             n.server_failures = 0;
             n.last_status = None;
+            n.timestamp = now_ms;
             Ok(Recovery::Requeue(n))
         }
     }
@@ -156,7 +161,7 @@ mod tests {
             RecordState::NeedsAttention(AttentionReason::OutcomeUnknown),
         );
         let Ok(Recovery::Requeue(n)) =
-            recover(RecordId(4), Some(&r), "alice", RecoverAction::RetryNew, key)
+            recover(RecordId(4), Some(&r), "alice", RecoverAction::RetryNew, 99, key)
         else {
             panic!("must requeue");
         };
@@ -164,8 +169,9 @@ mod tests {
         assert_eq!(n.key, key());
         assert_eq!(n.server_failures, 0);
         assert_eq!(n.last_status, None);
+        assert_eq!(n.timestamp, 99, "a retry restarts the retention clock");
         assert_eq!(
-            recover(RecordId(4), Some(&r), "alice", RecoverAction::Discard, key),
+            recover(RecordId(4), Some(&r), "alice", RecoverAction::Discard, 99, key),
             Ok(Recovery::Delete)
         );
     }
@@ -180,15 +186,15 @@ mod tests {
         );
         for action in [RecoverAction::RetryNew, RecoverAction::Discard] {
             assert_eq!(
-                recover(RecordId(5), Some(&queued), "alice", action, key),
+                recover(RecordId(5), Some(&queued), "alice", action, 99, key),
                 Err(RecoveryRefused::NotNeedingAttention(RecordId(5)))
             );
             assert_eq!(
-                recover(RecordId(6), Some(&bobs), "alice", action, key),
+                recover(RecordId(6), Some(&bobs), "alice", action, 99, key),
                 Err(RecoveryRefused::NotOwner(RecordId(6)))
             );
             assert_eq!(
-                recover(RecordId(7), None, "alice", action, key),
+                recover(RecordId(7), None, "alice", action, 99, key),
                 Err(RecoveryRefused::Missing(RecordId(7)))
             );
         }

@@ -112,9 +112,9 @@ export async function startHarness({
   }
 
   /** Opens the demo in the first tab and waits until the outbox worker controls it. */
-  async function openDemo({ page, waitForWorker = requireWorker, timeout = 20000 } = {}) {
+  async function openDemo({ page, waitForWorker = requireWorker, timeout = 20000, path = '/' } = {}) {
     page ??= context.pages()[0] ?? await context.newPage();
-    await page.goto(`${baseUrl}/`);
+    await page.goto(`${baseUrl}${path}`);
     await page.waitForFunction(
       (needWorker) => window.demo && (!needWorker || (window.demo.client && navigator.serviceWorker.controller)),
       waitForWorker, { timeout },
