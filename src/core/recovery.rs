@@ -160,9 +160,14 @@ mod tests {
             Some("alice"),
             RecordState::NeedsAttention(AttentionReason::OutcomeUnknown),
         );
-        let Ok(Recovery::Requeue(n)) =
-            recover(RecordId(4), Some(&r), "alice", RecoverAction::RetryNew, 99, key)
-        else {
+        let Ok(Recovery::Requeue(n)) = recover(
+            RecordId(4),
+            Some(&r),
+            "alice",
+            RecoverAction::RetryNew,
+            99,
+            key,
+        ) else {
             panic!("must requeue");
         };
         assert_eq!(n.state, RecordState::Queued);
@@ -171,7 +176,14 @@ mod tests {
         assert_eq!(n.last_status, None);
         assert_eq!(n.timestamp, 99, "a retry restarts the retention clock");
         assert_eq!(
-            recover(RecordId(4), Some(&r), "alice", RecoverAction::Discard, 99, key),
+            recover(
+                RecordId(4),
+                Some(&r),
+                "alice",
+                RecoverAction::Discard,
+                99,
+                key
+            ),
             Ok(Recovery::Delete)
         );
     }

@@ -178,7 +178,14 @@ async fn recover_one(
                 QueueItem::Record(m) => Some(m),
                 QueueItem::Corrupt(..) => None,
             };
-            match recover(id, meta, owner, action, super::now_ms(), IdempotencyKey::mint_opt) {
+            match recover(
+                id,
+                meta,
+                owner,
+                action,
+                super::now_ms(),
+                IdempotencyKey::mint_opt,
+            ) {
                 Ok(Recovery::Delete) => Rewrite::Delete,
                 Ok(Recovery::Requeue(m)) => Rewrite::Fields(m.mutable_fields()),
                 Err(e) => {
