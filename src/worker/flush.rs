@@ -148,7 +148,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let mut end = FlushEnd::Clean;
     if user.is_some() {
         let lanes = cfg.replay_concurrency as usize;
-        let (tx, mut rx) = mpsc::unbounded::<(RecordId, Verdict, bool)>();
+        let (tx, mut rx) = mpsc::unbounded::<Sent>();
         loop {
             if now_ms() >= deadline {
                 replay.stop();
@@ -156,27 +156,22 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             for id in replay.next_sends(lanes) {
                 let (inner, tx, csrf) = (inner.clone(), tx.clone(), csrf.clone());
                 wasm_bindgen_futures::spawn_local(async move {
-                    let (verdict, moved, ok) = send_one(&inner, id, csrf.as_deref()).await;
-                    let _ = tx.unbounded_send((id, verdict, moved && ok));
-                    if !ok {
-                        let _ =
-                            tx.unbounded_send((RecordId(u64::MAX), Verdict::NetworkFailure, false));
-                    }
+                    let _ = tx.unbounded_send(send_one(&inner, id, csrf.as_deref()).await);
                 });
             }
             if replay.in_flight() == 0 {
                 break;
             }
-            let Some((id, verdict, moved)) = next(&mut rx).await else {
+            let Some(sent) = next(&mut rx).await else {
                 break;
             };
-            if id.0 == u64::MAX {
-                // A state change could not be persisted: stop between records.
+            end = worse(end, &sent.verdict);
+            replay.on_outcome(sent.id, &sent.verdict, sent.moved_to_attention);
+            if !sent.persisted {
+                // Its new state is not stored: stop between records rather than let the
+                // workspace move on past an unrecorded outcome.
                 replay.stop();
-                continue;
             }
-            end = worse(end, &verdict);
-            replay.on_outcome(id, &verdict, moved);
         }
     }
     save_backoff(inner, backoff.after(end, now_ms(), jitter())).await;
@@ -239,15 +234,29 @@ async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
         .await
 }
 
-/// Sends one record and persists what its answer means. Returns the verdict, whether
-/// the record moved to needs-attention, and whether the change was persisted.
-async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> (Verdict, bool, bool) {
+/// One record's replay, as the lane reports it back to the flush.
+struct Sent {
+    id: RecordId,
+    verdict: Verdict,
+    moved_to_attention: bool,
+    /// Whether the record's new state reached IndexedDB.
+    persisted: bool,
+}
+
+/// Sends one record and persists what its answer means.
+async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> Sent {
+    let done = |verdict, moved_to_attention, persisted| Sent {
+        id,
+        verdict,
+        moved_to_attention,
+        persisted,
+    };
     let cfg = &inner.config;
     let (meta, value) = match inner.store.begin_send(id).await {
         Ok(Some(found)) => found,
         // Gone (cleared) or unreadable since it was planned: nothing to send.
-        Ok(None) => return (Verdict::Replayed, false, true),
-        Err(_) => return (Verdict::NetworkFailure, false, false),
+        Ok(None) => return done(Verdict::Replayed, false, true),
+        Err(_) => return done(Verdict::NetworkFailure, false, false),
     };
     let key = match &meta.key {
         Some(k) => k.clone(),
@@ -261,15 +270,15 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> (Verdi
                     .await
                     .is_err()
                 {
-                    return (Verdict::NetworkFailure, false, false);
+                    return done(Verdict::NetworkFailure, false, false);
                 }
                 k
             }
-            None => return (Verdict::NetworkFailure, false, false),
+            None => return done(Verdict::NetworkFailure, false, false),
         },
     };
     let Ok(headers) = Headers::new() else {
-        return (Verdict::NetworkFailure, false, false);
+        return done(Verdict::NetworkFailure, false, false);
     };
     let _ = headers.set(super::fetch::IDEMPOTENCY_KEY, key.as_str());
     if let Some(owner) = &meta.owner {
@@ -323,5 +332,5 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> (Verdi
                 .is_ok(),
         ),
     };
-    (verdict, moved, persisted)
+    done(verdict, moved, persisted)
 }
