@@ -90,23 +90,28 @@ suite() {
   fi
 }
 
+# Adds up what each runner printed: cargo test and wasm-bindgen-test-runner
+# ("test result: ok. N passed; M failed"), node --test ("# pass N", "# fail M").
+suite_counts() {
+  local log=$1 passed=0 failed=0 p f
+  while read -r p f; do
+    passed=$((passed + p)); failed=$((failed + f))
+  done < <(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log")
+  p=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -1)
+  f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -1)
+  echo $((passed + ${p:-0})) $((failed + ${f:-0}))
+}
+
 count_results() {
-  local passed=0 failed=0 p f
-  for log in "$LOGS"/*.log; do
-    # cargo test and wasm-bindgen-test-runner
-    while read -r p f; do
-      passed=$((passed + p)); failed=$((failed + f))
-    done < <(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed; \([0-9]*\) failed.*/\1 \2/p' "$log")
-    # node --test
-    p=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -1)
-    f=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -1)
-    passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
-  done
+  local passed=0 failed=0 p f log
   echo
   for log in "$LOGS"/*.log; do
-    printf '  %-18s %s\n' "$(basename "$log" .log)" \
-      "$(grep -E '^test result:|^# (pass|fail) ' "$log" | tr '\n' ' ')"
+    read -r p f < <(suite_counts "$log")
+    [ "$p" = 0 ] && [ "$f" = 0 ] && continue
+    printf '  %-24s %s passed, %s failed\n' "$(basename "$log" .log)" "$p" "$f"
+    passed=$((passed + p)); failed=$((failed + f))
   done
+  echo "  (${SECONDS}s)"
   echo "total: $passed passed, $failed failed"
 }
 
