@@ -473,3 +473,68 @@ fn these_tests_run_inside_a_service_worker() {
         "the shell's tests must run in a ServiceWorkerGlobalScope"
     );
 }
+
+#[wasm_bindgen_test]
+async fn an_adoption_is_one_transaction_a_concurrent_reader_sees_all_or_none() {
+    use sw_outbox::store::Rewrite;
+    let name = unique("adopt");
+    let store = open(&name).await;
+    let batch = (0..50)
+        .map(|i| pending(&format!("/projects/w{}/tasks", i % 3), None, b"{}"))
+        .collect();
+    assert!(store.enqueue(batch, 100).await.iter().all(Result::is_ok));
+    let reader = open(&name).await;
+    let adopt = store.rewrite_where(None, |item| match item {
+        QueueItem::Record(m) if m.owner.is_none() => {
+            let mut m = m.clone();
+            m.owner = Some("alice".into());
+            Rewrite::Fields(m.mutable_fields())
+        }
+        _ => Rewrite::Keep,
+    });
+    // Started while the adoption runs: IndexedDB orders the two transactions, so the
+    // reader sees the queue before or after the adoption, never half of it.
+    let read = reader.read_queue();
+    let (adopted, seen) = futures_join(adopt, read).await;
+    assert_eq!(adopted.expect("adopts"), 50);
+    let owners: Vec<Option<String>> = records(seen.expect("reads"))
+        .into_iter()
+        .map(|m| m.owner)
+        .collect();
+    assert_eq!(owners.len(), 50);
+    assert!(
+        owners.iter().all(|o| o.is_none()) || owners.iter().all(|o| o.as_deref() == Some("alice")),
+        "a concurrent reader saw a partial adoption: {owners:?}"
+    );
+    let after = records(reader.read_queue().await.expect("reads"));
+    assert!(after.iter().all(|m| m.owner.as_deref() == Some("alice")));
+}
+
+/// Polls two futures to completion together (no futures-util in the crate).
+async fn futures_join<A: std::future::Future, B: std::future::Future>(
+    a: A,
+    b: B,
+) -> (A::Output, B::Output) {
+    let mut a = Box::pin(a);
+    let mut b = Box::pin(b);
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(|cx| {
+        if ra.is_none() {
+            if let std::task::Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let std::task::Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        if ra.is_some() && rb.is_some() {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    (ra.expect("a done"), rb.expect("b done"))
+}
