@@ -112,6 +112,11 @@ self.addEventListener('sync', (event) => {
   event.waitUntil(outbox().then((o) => o.handle_sync(event.tag)));
 });
 
+self.addEventListener('notificationclick', (event) => {
+  event.notification.close();
+  event.waitUntil(outbox().then((o) => o.handle_notification_click()));
+});
+
 self.addEventListener('online', () => {
   outbox().then((o) => o.handle_online()).catch(() => {});
 });
