@@ -175,6 +175,19 @@ async function setUser(user, csrf) {
   }
 }
 
+/** The opt-in to delivery notifications; the permission prompt comes from this click. */
+async function notifyToggled(event) {
+  const box = event.target;
+  if (!state.client || !state.user) { box.checked = false; return; }
+  const r = box.checked
+    ? await state.client.enableNotifications(state.user.id)
+    : await state.client.disableNotifications(state.user.id);
+  if (!r.ok) {
+    box.checked = false;
+    message(`Notifications: ${r.reason}`, true);
+  }
+}
+
 /** Binds the worker to the signed-in account and sends what it queued (contract 7). */
 async function syncSession() {
   if (!state.client || !state.user) return;
@@ -403,6 +416,7 @@ async function startOutbox() {
 async function boot() {
   $('login-form').addEventListener('submit', signIn);
   $('sign-out').addEventListener('click', signOutClicked);
+  $('notify-toggle').addEventListener('change', notifyToggled);
   $('signout-send-first').addEventListener('click', sendFirst);
   $('signout-clear').addEventListener('click', clearDevice);
   $('signout-keep').addEventListener('click', signOut);

@@ -205,6 +205,28 @@ export class OutboxClient {
   }
 
   /**
+   * Opts `userId` (the signed-in account) in to delivery notifications: after a
+   * background flush that sent or blocked queued changes while no page was open, the
+   * worker shows one notification without user content. The browser's permission is
+   * asked here, so call this from a user gesture (a click); the worker never asks.
+   * @param {string} userId
+   * @returns {Promise<CommandResult>} `ok:false` with the reason when permission is refused
+   */
+  async enableNotifications(userId) {
+    const refused = (reason) => ({ type: 'COMMAND_RESULT', command: 'SET_NOTIFICATIONS', ok: false, reason });
+    if (typeof Notification === 'undefined') return refused('this browser has no notifications');
+    const permission = Notification.permission === 'granted'
+      ? 'granted' : await Notification.requestPermission();
+    if (permission !== 'granted') return refused(`notification permission is ${permission}`);
+    return this.send({ type: 'SET_NOTIFICATIONS', userId, enabled: true });
+  }
+
+  /** Opts `userId` out of delivery notifications. @param {string} userId @returns {Promise<CommandResult>} */
+  disableNotifications(userId) {
+    return this.send({ type: 'SET_NOTIFICATIONS', userId, enabled: false });
+  }
+
+  /**
    * Sign-in (or signed-in page load) in one step: AUTH_SESSION, then FLUSH_QUEUE so work
    * queued earlier by this account goes out now (contract 7).
    * @param {string} userId

@@ -32,6 +32,11 @@ pub struct Config {
     pub replay_concurrency: u32,
     /// App-shell URLs cached at install (section 9).
     pub precache: Vec<String>,
+    /// The precached URL answered for navigations that fail (section 9); `None`: the
+    /// first `precache` entry that is a page (`core::shell::shell_url`).
+    pub shell_url: Option<String>,
+    /// Where a click on a delivery notification opens the app when no window is open.
+    pub notification_url: String,
     /// Cache-name suffix naming this build; `www/sw.js` sets it from the build id.
     pub build: String,
 }
@@ -55,6 +60,8 @@ impl Default for Config {
             flush_budget_ms: 25_000,
             replay_concurrency: 4,
             precache: Vec::new(),
+            shell_url: None,
+            notification_url: "/".into(),
             build: "dev".into(),
         }
     }
@@ -86,6 +93,9 @@ impl Config {
         }
         if !is_header_name(&self.csrf_header) {
             return bad("csrfHeader", "must be an HTTP header name");
+        }
+        if !self.notification_url.starts_with('/') {
+            return bad("notificationUrl", "must be a same-origin path starting with '/'");
         }
         if self.db_name.is_empty() {
             return bad("dbName", "must not be empty");

@@ -316,6 +316,14 @@ impl Replay {
             .count()
     }
 
+    /// Records this flush moved to needs-attention.
+    pub fn moved_to_attention(&self) -> usize {
+        self.progress
+            .iter()
+            .filter(|p| matches!(p, Progress::NowAttention(_)))
+            .count()
+    }
+
     pub fn replayed(&self) -> usize {
         self.progress
             .iter()

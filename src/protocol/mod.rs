@@ -27,6 +27,11 @@ pub enum Command {
     },
     ListQueue,
     ClearDevice,
+    /// Opt the signed-in account in or out of delivery notifications.
+    SetNotifications {
+        user: String,
+        enabled: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +49,7 @@ impl Command {
             Command::RecoverRecord { .. } => "RECOVER_RECORD",
             Command::ListQueue => "LIST_QUEUE",
             Command::ClearDevice => "CLEAR_DEVICE",
+            Command::SetNotifications { .. } => "SET_NOTIFICATIONS",
         }
     }
 }
@@ -153,6 +159,19 @@ pub fn parse_command(msg: &Value, max_ids: usize) -> Result<Envelope, Refusal> {
                 Ok(Command::RecoverRecord { id, owner, action })
             })
         }
+        "SET_NOTIFICATIONS" => match (obj.get("userId"), obj.get("enabled")) {
+            (Some(Value::String(u)), Some(Value::Bool(enabled))) if !u.is_empty() => {
+                Ok(Command::SetNotifications {
+                    user: u.clone(),
+                    enabled: *enabled,
+                })
+            }
+            (None, _) => Err("userId is required".into()),
+            (Some(Value::String(u)), _) if !u.is_empty() => {
+                Err("enabled is required and must be true or false".into())
+            }
+            _ => Err("userId must be a non-empty string".into()),
+        },
         other => Err(format!("type {other:?} is not a command of this outbox")),
     };
     parsed
@@ -379,6 +398,10 @@ mod tests {
                 owner: "u1".into(),
                 action: RecoverAction::RetryNew
             })
+        );
+        assert_eq!(
+            parse(json!({"type":"SET_NOTIFICATIONS","userId":"u1","enabled":true})),
+            Ok(Command::SetNotifications { user: "u1".into(), enabled: true })
         );
         assert_eq!(
             parse(json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u1","action":"discard"})),

@@ -45,6 +45,8 @@ pub const MUTATIONS: &str = "mutations";
 pub const SESSION: &str = "session";
 const SESSION_KEY: &str = "current";
 const BACKOFF_KEY: &str = "backoff";
+/// `notify:<userId>` holds one account's delivery-notification choice.
+const NOTIFY_PREFIX: &str = "notify:";
 
 /// A stored value as the outbox reads it: a record, or something that is not one.
 #[derive(Debug, Clone, PartialEq)]
@@ -478,6 +480,25 @@ impl Store {
     pub async fn set_backoff(&self, b: &crate::core::backoff::Backoff) -> Result<(), IdbError> {
         let v = to_js(b)?;
         Reflect::set(&v, &"key".into(), &BACKOFF_KEY.into()).map_err(failed)?;
+        self.put_session_value(&v).await
+    }
+
+    /// Whether `user` opted in to delivery notifications on this device.
+    pub async fn notifications_enabled(&self, user: &str) -> Result<bool, IdbError> {
+        let v = self.get_session_value(&format!("{NOTIFY_PREFIX}{user}")).await?;
+        Ok(Reflect::get(&v, &"enabled".into())
+            .ok()
+            .and_then(|e| e.as_bool())
+            .unwrap_or(false))
+    }
+
+    /// Records `user`'s choice; `CLEAR_DEVICE` removes it with the session.
+    pub async fn set_notifications(&self, user: &str, enabled: bool) -> Result<(), IdbError> {
+        let v = Object::new();
+        let key = format!("{NOTIFY_PREFIX}{user}");
+        Reflect::set(&v, &"key".into(), &key.into()).map_err(failed)?;
+        Reflect::set(&v, &"userId".into(), &user.into()).map_err(failed)?;
+        Reflect::set(&v, &"enabled".into(), &enabled.into()).map_err(failed)?;
         self.put_session_value(&v).await
     }
 

@@ -122,6 +122,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         Err(e) => return not_run(format!("the queue could not be read: {e}"), true),
     };
     let mut metas: HashMap<RecordId, RecordMeta> = HashMap::new();
+    let mut expired_now = 0;
     let mut plan = Vec::with_capacity(items.len());
     for item in &items {
         match item {
@@ -134,6 +135,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                         .is_ok()
                     {
                         m = expired;
+                        expired_now += 1;
                     }
                 }
                 let auth = record_is_auth_route(&m.path, cfg, &*inner.patterns);
@@ -200,6 +202,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         total.saturating_sub(replayed),
     ))
     .await;
+    let attention = replay.moved_to_attention() + expired_now;
+    super::notify::after_flush(inner, trigger, user.as_deref(), replayed, attention).await;
     FlushOutcome {
         replayed,
         not_run: None,

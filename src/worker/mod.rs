@@ -10,6 +10,7 @@ mod commands;
 mod fetch;
 mod flush;
 mod http;
+mod notify;
 mod patterns;
 
 use crate::core::config::Config;
@@ -172,6 +173,15 @@ impl Outbox {
             if inner.store.count().await.unwrap_or(0) > 0 {
                 flush::request(&inner, Trigger::Start).await;
             }
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// A click on a delivery notification: focus the app, or open it.
+    pub fn handle_notification_click(&self) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            notify::on_click(&inner).await?;
             Ok(JsValue::UNDEFINED)
         })
     }

@@ -1,0 +1,80 @@
+//! Delivery notifications in the worker: shown after a background flush when no page
+//! is open, for an account that opted in; a click focuses or opens the app.
+
+use super::{scope, Inner, Trigger};
+use crate::core::notify::{should_notify, summary};
+use js_sys::{Function, Object, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{Client, ClientQueryOptions, ClientType, WindowClient};
+
+/// The tag of the one notification: a newer one replaces the older.
+const TAG: &str = "sw-outbox";
+
+async fn windows() -> Vec<Client> {
+    let opts = ClientQueryOptions::new();
+    opts.set_type(ClientType::Window);
+    opts.set_include_uncontrolled(true);
+    match JsFuture::from(scope().clients().match_all_with_options(&opts)).await {
+        Ok(found) => js_sys::Array::from(&found)
+            .iter()
+            .filter_map(|c| c.dyn_into::<Client>().ok())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn permission_granted() -> bool {
+    Reflect::get(&js_sys::global(), &"Notification".into())
+        .and_then(|n| Reflect::get(&n, &"permission".into()))
+        .ok()
+        .and_then(|p| p.as_string())
+        .is_some_and(|p| p == "granted")
+}
+
+/// Called at the end of every flush with what it did.
+pub async fn after_flush(inner: &Inner, trigger: Trigger, user: Option<&str>, replayed: usize, attention: usize) {
+    let Some(user) = user else { return };
+    let Some(text) = summary(replayed, attention) else { return };
+    if !trigger.is_automatic() {
+        return;
+    }
+    let opted_in = inner.store.notifications_enabled(user).await.unwrap_or(false);
+    let open = !windows().await.is_empty();
+    if !should_notify(trigger, open, opted_in, permission_granted()) {
+        return;
+    }
+    let registration = scope().registration();
+    let Some(show) = Reflect::get(&registration, &"showNotification".into())
+        .ok()
+        .and_then(|f| f.dyn_into::<Function>().ok())
+    else {
+        return;
+    };
+    let options = Object::new();
+    let _ = Reflect::set(&options, &"tag".into(), &TAG.into());
+    let _ = Reflect::set(&options, &"body".into(), &text.clone().into());
+    let title = "Queued changes";
+    if let Ok(p) = show.call2(&registration, &title.into(), &options) {
+        if let Ok(p) = p.dyn_into::<js_sys::Promise>() {
+            if let Err(e) = JsFuture::from(p).await {
+                web_sys::console::warn_1(&format!("sw-outbox: notification not shown: {}", super::describe(&e)).into());
+            }
+        }
+    }
+}
+
+/// A click on the notification: focus a window of the app, or open one at
+/// `notificationUrl`.
+pub async fn on_click(inner: &Inner) -> Result<(), JsValue> {
+    let url = format!("{}{}", scope().location().origin(), inner.config.notification_url);
+    for client in windows().await {
+        if let Ok(window) = client.dyn_into::<WindowClient>() {
+            JsFuture::from(window.focus()?).await?;
+            return Ok(());
+        }
+    }
+    JsFuture::from(scope().clients().open_window(&url)).await?;
+    Ok(())
+}
