@@ -1,19 +1,33 @@
 /* sw-outbox service worker: a classic worker shim around the WASM outbox.
  *
- * It holds no policy. It adds every listener during the first evaluation (listeners
- * added after an await are ignored), starts loading the module at once, and hands each
- * event to Rust once the module is ready, so nothing that arrives while it loads is
- * dropped. The module's bytes are cached at install so a worker restarted offline
- * still starts.
+ * It holds no request policy. It adds every listener during the first evaluation
+ * (listeners added after an await are ignored), starts loading the module at once, and
+ * hands each event to Rust once the module is ready, so nothing that arrives while it
+ * loads is dropped. The module's bytes are cached at install so a worker restarted
+ * offline still starts.
  *
- * A site configures it by defining `self.SW_OUTBOX_CONFIG` before this script runs
- * (in its own sw.js: `self.SW_OUTBOX_CONFIG = {...}; importScripts('/sw-outbox/sw.js')`),
- * or by editing DEMO_CONFIG below. Unset fields take the defaults of the contract.
+ * Install (precache) and activation (cache cleanup) stay here, in JavaScript, on
+ * purpose: the module itself is loaded from the cache install fills, so that cache must
+ * be written before the module can run. The cache name (`sw-outbox-<build>`) and the
+ * cleanup rule (only older `sw-outbox-*` caches) are the ones `core::shell` states and
+ * the Rust side reads the shell from.
+ *
+ * A site configures it by defining `self.SW_OUTBOX_CONFIG` before this script runs, in
+ * its own worker script:
+ *
+ *   self.SW_OUTBOX_CONFIG = { precache: ['/', '/app.js'] };
+ *   self.SW_OUTBOX_BASE = '/sw-outbox/';   // where this file and pkg/ are served
+ *   importScripts('/sw-outbox/sw.js');
+ *
+ * `SW_OUTBOX_BASE` defaults to the registered script's directory (right when this file
+ * itself is registered). Relative `precache` and `shellUrl` entries are resolved against
+ * the registered script's URL. Unset fields take the defaults of the contract; without
+ * SW_OUTBOX_CONFIG the demo's DEMO_CONFIG below applies.
  */
 /* global wasm_bindgen */
 'use strict';
 
-const BASE = new URL('./', self.location).href;
+const BASE = new URL(self.SW_OUTBOX_BASE || './', self.location).href;
 importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js');
 
 /** The demo's own settings: its app shell. */
@@ -28,7 +42,8 @@ const CONFIG = Object.assign({}, self.SW_OUTBOX_CONFIG || DEMO_CONFIG);
 const OVERRIDE = new URL(self.location.href).searchParams.get('config');
 if (OVERRIDE) Object.assign(CONFIG, JSON.parse(OVERRIDE));
 CONFIG.build = self.SW_OUTBOX_BUILD || 'dev';
-CONFIG.precache = (CONFIG.precache || []).map((u) => new URL(u, BASE).href);
+CONFIG.precache = (CONFIG.precache || []).map((u) => new URL(u, self.location).href);
+if (CONFIG.shellUrl) CONFIG.shellUrl = new URL(CONFIG.shellUrl, self.location).href;
 
 const CACHE_PREFIX = 'sw-outbox-';
 const CACHE = CACHE_PREFIX + CONFIG.build;

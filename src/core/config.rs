@@ -118,6 +118,11 @@ impl Config {
         if self.replay_concurrency == 0 || self.replay_concurrency > 32 {
             return bad("replayConcurrency", "must be between 1 and 32");
         }
+        if let Some(u) = &self.shell_url {
+            if !self.precache.contains(u) {
+                return bad("shellUrl", "must be one of the precache URLs");
+            }
+        }
         Ok(self)
     }
 

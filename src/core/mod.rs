@@ -13,3 +13,4 @@ pub mod planner;
 pub mod record;
 pub mod recovery;
 pub mod route;
+pub mod shell;

@@ -12,6 +12,7 @@ mod flush;
 mod http;
 mod notify;
 mod patterns;
+pub mod shell;
 
 use crate::core::config::Config;
 use crate::core::route::{classify, RequestKind};
@@ -115,6 +116,9 @@ impl Outbox {
     /// Whether a request is the outbox's business (decided synchronously, so `sw.js`
     /// calls `respondWith` only for these).
     pub fn intercepts(&self, request: &Request) -> bool {
+        if shell::handles(&self.inner, request) {
+            return true;
+        }
         let Some((same_origin, path)) = fetch::locate(request) else {
             return false;
         };
@@ -127,10 +131,15 @@ impl Outbox {
         ) != RequestKind::Passthrough
     }
 
-    /// Answers a fetch event's request (contract sections 1 and 2).
+    /// Answers a fetch event's request (contract sections 1, 2 and 9).
     pub fn handle_fetch(&self, request: Request) -> js_sys::Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move { fetch::handle(&inner, request).await.map(Into::into) })
+        future_to_promise(async move {
+            if shell::handles(&inner, &request) {
+                return shell::handle(&inner, request).await.map(Into::into);
+            }
+            fetch::handle(&inner, request).await.map(Into::into)
+        })
     }
 
     /// Handles a page's command; the promise settles when it was answered.
