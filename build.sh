@@ -3,7 +3,8 @@
 #
 #   ./build.sh          install what is missing, build the worker and the server
 #   ./build.sh demo     ... then run the demo (server + PWA) on http://127.0.0.1:8080
-#   ./build.sh test     ... then run every test: host, service worker, end to end
+#   ./build.sh test     ... then run every test: host, service worker (Chromium and
+#                       Firefox), end to end (Chromium)
 #
 # Nothing here downloads a prebuilt binary from outside the package registries:
 # Rust tools come from crates.io, browsers from Debian, Node packages from npm, and
@@ -13,6 +14,7 @@ cd "$(dirname "$0")"
 ROOT=$(pwd)
 
 WASM_PACK_VERSION=0.15.1
+GECKODRIVER_VERSION=0.37.1
 # The CLI must equal the crate's wasm-bindgen exactly; read it from Cargo.toml.
 WASM_BINDGEN_VERSION=$(sed -n 's/^wasm-bindgen = "=\([0-9.]*\)".*/\1/p' Cargo.toml)
 PORT=${PORT:-8080}
@@ -46,13 +48,21 @@ setup() {
   if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
     apt_install chromium chromium-driver
   fi
+  # Firefox runs the service-worker tests too: Debian's ESR, geckodriver from crates.io.
+  if [ ! -x /usr/bin/firefox-esr ]; then
+    apt_install firefox-esr
+  fi
+  if [ "$(geckodriver --version 2>/dev/null | head -1 | cut -d' ' -f2)" != "$GECKODRIVER_VERSION" ]; then
+    cargo install --locked "geckodriver@$GECKODRIVER_VERSION"
+  fi
   step "node packages"
   if [ ! -x node_modules/.bin/wasm-opt ] || [ ! -d node_modules/playwright-core ] \
      || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     npm ci --no-audit --no-fund
   fi
   echo "wasm-pack $(wasm-pack --version | cut -d' ' -f2), wasm-bindgen $WASM_BINDGEN_VERSION," \
-       "$(chromium --version 2>/dev/null | head -1), wasm-opt $(wasm-opt --version | cut -d' ' -f3)"
+       "$(chromium --version 2>/dev/null | head -1), $(firefox-esr --version 2>/dev/null | head -1)," \
+       "geckodriver $GECKODRIVER_VERSION, wasm-opt $(wasm-opt --version | cut -d' ' -f3)"
 }
 
 build_worker() {
@@ -123,6 +133,9 @@ run_tests() {
     cargo clippy --lib --tests --target wasm32-unknown-unknown -- -D warnings'
   suite host cargo test --workspace
   suite service-worker wasm-pack test --mode no-install --headless --chrome
+  # The same service-worker tests in Debian's Firefox ESR (webdriver.json names the binary).
+  suite service-worker-firefox env GECKODRIVER="$HOME/.cargo/bin/geckodriver" \
+    wasm-pack test --mode no-install --headless --firefox
   suite end-to-end npm run --silent test:e2e
   count_results
   return $STATUS
