@@ -1,0 +1,302 @@
+/**
+ * Types of sw-outbox's page side (`outbox-client.js`) and of every message of the
+ * behaviour contract: the commands a page sends, the worker's answers (COMMAND_RESULT,
+ * QUEUE_STATE), the reports it broadcasts, the worker's own HTTP answers, and the
+ * configuration a site's worker script passes (`self.SW_OUTBOX_CONFIG`).
+ *
+ * Field names and strings are the contract's (docs/PROTOCOL.md).
+ */
+
+// ---------------------------------------------------------------- configuration
+
+/** `self.SW_OUTBOX_CONFIG`: every field is optional and has the contract's default. */
+export interface OutboxConfig {
+  /** Same-origin paths starting with this are the outbox's business. Default `/api/`. */
+  apiPrefix?: string;
+  /** JavaScript RegExp source, case-insensitive, on path + query. Default `^/api/auth(/|\?|$)`. */
+  authRoutePattern?: string;
+  /** Identity endpoint asked before every replay. Default `/api/auth/me`. */
+  authMePath?: string;
+  /** Default `X-PM-Expected-Account`. */
+  expectedAccountHeader?: string;
+  /** Default `X-CSRF-Token`. */
+  csrfHeader?: string;
+  /** JavaScript RegExp source on the record path; group 1 is the workspace. Default `^/projects/([^/?#]+)`. */
+  workspacePattern?: string;
+  /** IndexedDB database name. Default `sw-outbox`. */
+  dbName?: string;
+  /** Background Sync tag. Default `sw-outbox`. */
+  syncTag?: string;
+  /** Default 15000. */
+  attemptTimeoutMs?: number;
+  /** Default 1048576 (1 MiB). */
+  maxBodyBytes?: number;
+  /** Default 10000. */
+  maxRecords?: number;
+  /** Default 3. */
+  maxServerFailures?: number;
+  /** Default 604800000 (7 days). */
+  maxRetentionMs?: number;
+  /** Default 25000. */
+  flushBudgetMs?: number;
+  /** 1–32, default 4. */
+  replayConcurrency?: number;
+  /** App-shell URLs cached at install; relative ones resolve against the worker script. Default `[]`. */
+  precache?: string[];
+  /** The precached URL answered for failed navigations. Default: the first page in `precache`. */
+  shellUrl?: string;
+  /** Where a click on a delivery notification opens the app. Default `/`. */
+  notificationUrl?: string;
+  /** Set by `sw.js` from `pkg/build.js`; names the cache `sw-outbox-<build>`. */
+  build?: string;
+}
+
+declare global {
+  /** Read by `sw.js` when it runs: the site's configuration. */
+  // eslint-disable-next-line no-var
+  var SW_OUTBOX_CONFIG: OutboxConfig | undefined;
+  /** Read by `sw.js`: the URL of the directory holding `sw.js` and `pkg/`. */
+  // eslint-disable-next-line no-var
+  var SW_OUTBOX_BASE: string | undefined;
+}
+
+// ---------------------------------------------------------------- shared shapes
+
+/** A record id: a positive safe integer. */
+export type RecordId = number;
+
+/** A `requestId` a page may add to any command; echoed back unchanged. */
+export type RequestId = string | number;
+
+/** Why a record is needs-attention. */
+export type AttentionReason = 'outcome-unknown' | 'key-reused' | 'repeated-5xx' | 'rejected' | 'expired';
+
+/** Why a record was not sent (MUTATIONS_BLOCKED), first that applies. */
+export type BlockReason =
+  | 'corrupt-record'
+  | 'auth-route'
+  | 'no-session'
+  | 'unknown-owner'
+  | 'owner-mismatch'
+  | AttentionReason
+  | 'workspace-order';
+
+export type WriteMethod = 'POST' | 'PUT' | 'PATCH' | 'DELETE';
+
+// ---------------------------------------------------------------- commands (page → worker)
+
+interface CommandBase {
+  requestId?: RequestId;
+}
+
+/** Persist the signed-in account (null: signed out). */
+export interface AuthSessionCommand extends CommandBase {
+  type: 'AUTH_SESSION';
+  userId: string | null;
+}
+
+/** Run a flush; answered after it with `affected` = records replayed. */
+export interface FlushQueueCommand extends CommandBase {
+  type: 'FLUSH_QUEUE';
+}
+
+/** Adopt unknown-owner records (all, or those ids) for `ownerId`, verified with the server. */
+export interface RebindRecordsCommand extends CommandBase {
+  type: 'REBIND_RECORDS';
+  ownerId: string;
+  ids?: RecordId[];
+}
+
+/** Retry a needs-attention record under a fresh key, or discard it. */
+export interface RecoverRecordCommand extends CommandBase {
+  type: 'RECOVER_RECORD';
+  id: RecordId;
+  ownerId: string;
+  action: 'retry-new' | 'discard';
+}
+
+/** Every record's metadata; answered with QUEUE_STATE. */
+export interface ListQueueCommand extends CommandBase {
+  type: 'LIST_QUEUE';
+}
+
+/** Delete every record and the session. */
+export interface ClearDeviceCommand extends CommandBase {
+  type: 'CLEAR_DEVICE';
+}
+
+/** Opt the signed-in account in or out of delivery notifications (an addition). */
+export interface SetNotificationsCommand extends CommandBase {
+  type: 'SET_NOTIFICATIONS';
+  userId: string;
+  enabled: boolean;
+}
+
+export type Command =
+  | AuthSessionCommand
+  | FlushQueueCommand
+  | RebindRecordsCommand
+  | RecoverRecordCommand
+  | ListQueueCommand
+  | ClearDeviceCommand
+  | SetNotificationsCommand;
+
+export type CommandType = Command['type'];
+
+// ---------------------------------------------------------------- answers (worker → the sender)
+
+/** The answer to every command but LIST_QUEUE. */
+export interface CommandResult {
+  type: 'COMMAND_RESULT';
+  /** The command's `type` as sent; null when the message had none (or not a string). */
+  command: CommandType | string | null;
+  ok: boolean;
+  /** Why it was refused (names the field for malformed messages). */
+  reason?: string;
+  /** Records replayed (FLUSH_QUEUE), adopted (REBIND_RECORDS), changed or deleted. */
+  affected?: number;
+  requestId?: RequestId;
+}
+
+/** One record of QUEUE_STATE: metadata, never the body. Corrupt records have nulls. */
+export interface QueueRecord {
+  id: RecordId;
+  method: WriteMethod | null;
+  /** Relative to the API base (`/api`), query included. */
+  path: string | null;
+  ownerId: string | null;
+  workspace: string | null;
+  state: 'queued' | 'needs-attention' | 'corrupt';
+  attentionReason: AttentionReason | null;
+  /** The HTTP status that made it needs-attention (`rejected`), else null. */
+  lastStatus: number | null;
+  /** When it was queued (ms since the epoch). */
+  timestamp: number | null;
+  bodySize: number | null;
+}
+
+/** The answer to LIST_QUEUE. */
+export interface QueueState {
+  type: 'QUEUE_STATE';
+  records: QueueRecord[];
+  requestId?: RequestId;
+}
+
+export type Answer = CommandResult | QueueState;
+
+// ---------------------------------------------------------------- reports (worker → every window)
+
+export interface BlockedRecord {
+  id: RecordId;
+  method: WriteMethod | null;
+  path: string | null;
+  ownerId: string | null;
+  workspace: string | null;
+  reason: BlockReason;
+}
+
+/** After every flush that passed the identity check, an empty list included. */
+export interface MutationsBlocked {
+  type: 'MUTATIONS_BLOCKED';
+  blocked: BlockedRecord[];
+}
+
+/** After a flush, when the queue re-read afterwards is empty. */
+export interface MutationsReplayed {
+  type: 'MUTATIONS_REPLAYED';
+  count: number;
+}
+
+/** After a flush, when records remain (or the queue could not be re-read). */
+export interface MutationsPartial {
+  type: 'MUTATIONS_PARTIAL';
+  replayed: number;
+  remaining: number;
+}
+
+/** When a write was queued (after its transaction committed). */
+export interface MutationQueued {
+  type: 'MUTATION_QUEUED';
+  id: RecordId;
+  method: WriteMethod;
+  path: string;
+  workspace: string | null;
+  ownerId: string | null;
+}
+
+export type Report = MutationsBlocked | MutationsReplayed | MutationsPartial | MutationQueued;
+export type ReportType = Report['type'];
+
+/** Anything the worker posts to a page. */
+export type WorkerMessage = Report | Answer;
+
+// ---------------------------------------------------------------- the worker's own HTTP answers
+
+/** 202: the write is stored durably and will be replayed. */
+export interface QueuedResponseBody {
+  queued: true;
+  id: RecordId;
+  idempotencyKey: string;
+  message: string;
+}
+
+/** 503 (storage failure), 413 (body over maxBodyBytes), 507 (queue full), 400 (bad page key). */
+export interface NotQueuedResponseBody {
+  queued: false;
+  error: string;
+}
+
+/** 503 for an API read or auth route whose network failed. */
+export interface OfflineResponseBody {
+  error: 'offline';
+}
+
+// ---------------------------------------------------------------- outbox-client.js
+
+export declare const REPORT_TYPES: readonly ReportType[];
+
+/** The page's handle on the outbox worker; create it with {@link registerOutbox}. */
+export declare class OutboxClient {
+  constructor(options?: { commandTimeoutMs?: number });
+  commandTimeoutMs: number;
+  /** Set by registerOutbox. */
+  registration?: ServiceWorkerRegistration;
+  /** Set by registerOutbox: whether persistent storage was granted. */
+  persisted?: Promise<boolean>;
+
+  attach(): void;
+  detach(): void;
+
+  /** Posts any command (a `requestId` is added when absent) and waits for its answer. */
+  send(message: ListQueueCommand, options?: { timeoutMs?: number }): Promise<QueueState>;
+  send(message: Exclude<Command, ListQueueCommand>, options?: { timeoutMs?: number }): Promise<CommandResult>;
+  /** Malformed or future messages: answered by a refusal. */
+  send(message: { type?: unknown; [field: string]: unknown }, options?: { timeoutMs?: number }): Promise<Answer>;
+
+  authSession(userId: string | null): Promise<CommandResult>;
+  flush(): Promise<CommandResult>;
+  list(): Promise<QueueState>;
+  adopt(ownerId: string, ids?: RecordId[]): Promise<CommandResult>;
+  retry(id: RecordId, ownerId: string): Promise<CommandResult>;
+  discard(id: RecordId, ownerId: string): Promise<CommandResult>;
+  clearDevice(): Promise<CommandResult>;
+  enableNotifications(userId: string): Promise<CommandResult>;
+  disableNotifications(userId: string): Promise<CommandResult>;
+  /** AUTH_SESSION, then FLUSH_QUEUE when it was accepted. */
+  signedIn(userId: string): Promise<CommandResult>;
+
+  on<T extends ReportType>(type: T, fn: (message: Extract<Report, { type: T }>) => void): () => void;
+  on(type: '*', fn: (message: WorkerMessage) => void): () => void;
+  off(type: ReportType | '*', fn: (message: never) => void): void;
+}
+
+/**
+ * Registers the worker and resolves once it controls the page (activated).
+ * Rejects when the worker fails to install or does not take control in time.
+ */
+export declare function registerOutbox(options?: {
+  scriptUrl?: string;
+  scope?: string;
+  timeoutMs?: number;
+  commandTimeoutMs?: number;
+}): Promise<OutboxClient>;
