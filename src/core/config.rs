@@ -95,7 +95,10 @@ impl Config {
             return bad("csrfHeader", "must be an HTTP header name");
         }
         if !self.notification_url.starts_with('/') {
-            return bad("notificationUrl", "must be a same-origin path starting with '/'");
+            return bad(
+                "notificationUrl",
+                "must be a same-origin path starting with '/'",
+            );
         }
         if self.db_name.is_empty() {
             return bad("dbName", "must not be empty");

@@ -6,11 +6,25 @@ use super::backoff::Trigger;
 /// The text of the notification for a background flush: how many queued changes were
 /// sent and how many now need attention. `None` when there is nothing to say.
 pub fn summary(replayed: usize, needs_attention: usize) -> Option<String> {
-    let changes = |n: usize| if n == 1 { "1 queued change".to_owned() } else { format!("{n} queued changes") };
+    let changes = |n: usize| {
+        if n == 1 {
+            "1 queued change".to_owned()
+        } else {
+            format!("{n} queued changes")
+        }
+    };
     match (replayed, needs_attention) {
         (0, 0) => None,
-        (r, 0) => Some(format!("{} {} sent", changes(r), if r == 1 { "was" } else { "were" })),
-        (0, a) => Some(format!("{} {} attention", changes(a), if a == 1 { "needs" } else { "need" })),
+        (r, 0) => Some(format!(
+            "{} {} sent",
+            changes(r),
+            if r == 1 { "was" } else { "were" }
+        )),
+        (0, a) => Some(format!(
+            "{} {} attention",
+            changes(a),
+            if a == 1 { "needs" } else { "need" }
+        )),
         (r, a) => Some(format!(
             "{} {} sent; {} {} attention",
             changes(r),
@@ -38,9 +52,18 @@ mod tests {
         assert_eq!(summary(0, 0), None);
         assert_eq!(summary(1, 0).as_deref(), Some("1 queued change was sent"));
         assert_eq!(summary(3, 0).as_deref(), Some("3 queued changes were sent"));
-        assert_eq!(summary(0, 1).as_deref(), Some("1 queued change needs attention"));
-        assert_eq!(summary(0, 2).as_deref(), Some("2 queued changes need attention"));
-        assert_eq!(summary(2, 1).as_deref(), Some("2 queued changes were sent; 1 needs attention"));
+        assert_eq!(
+            summary(0, 1).as_deref(),
+            Some("1 queued change needs attention")
+        );
+        assert_eq!(
+            summary(0, 2).as_deref(),
+            Some("2 queued changes need attention")
+        );
+        assert_eq!(
+            summary(2, 1).as_deref(),
+            Some("2 queued changes were sent; 1 needs attention")
+        );
     }
 
     #[test]
@@ -49,7 +72,10 @@ mod tests {
             assert!(should_notify(t, false, true, true), "{t:?}");
             assert!(!should_notify(t, true, true, true), "a page is open: {t:?}");
             assert!(!should_notify(t, false, false, true), "not opted in: {t:?}");
-            assert!(!should_notify(t, false, true, false), "no permission: {t:?}");
+            assert!(
+                !should_notify(t, false, true, false),
+                "no permission: {t:?}"
+            );
         }
         assert!(!should_notify(Trigger::Page, false, true, true));
         assert!(!should_notify(Trigger::Recovery, false, true, true));

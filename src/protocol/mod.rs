@@ -401,7 +401,10 @@ mod tests {
         );
         assert_eq!(
             parse(json!({"type":"SET_NOTIFICATIONS","userId":"u1","enabled":true})),
-            Ok(Command::SetNotifications { user: "u1".into(), enabled: true })
+            Ok(Command::SetNotifications {
+                user: "u1".into(),
+                enabled: true
+            })
         );
         assert_eq!(
             parse(json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u1","action":"discard"})),

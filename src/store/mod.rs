@@ -485,7 +485,9 @@ impl Store {
 
     /// Whether `user` opted in to delivery notifications on this device.
     pub async fn notifications_enabled(&self, user: &str) -> Result<bool, IdbError> {
-        let v = self.get_session_value(&format!("{NOTIFY_PREFIX}{user}")).await?;
+        let v = self
+            .get_session_value(&format!("{NOTIFY_PREFIX}{user}"))
+            .await?;
         Ok(Reflect::get(&v, &"enabled".into())
             .ok()
             .and_then(|e| e.as_bool())

@@ -103,13 +103,19 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
             inner.session_settled().await;
             if inner.session_user().as_deref() != Some(user.as_str()) {
                 return (
-                    Outgoing::failed(env, format!("{user} is not the account of the last AUTH_SESSION")),
+                    Outgoing::failed(
+                        env,
+                        format!("{user} is not the account of the last AUTH_SESSION"),
+                    ),
                     false,
                 );
             }
             match inner.store.set_notifications(user, *enabled).await {
                 Ok(()) => (Outgoing::ok(env, None), false),
-                Err(e) => (Outgoing::failed(env, format!("the choice could not be stored: {e}")), false),
+                Err(e) => (
+                    Outgoing::failed(env, format!("the choice could not be stored: {e}")),
+                    false,
+                ),
             }
         }
         Command::RebindRecords { owner, ids } => {

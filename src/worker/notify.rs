@@ -34,13 +34,25 @@ fn permission_granted() -> bool {
 }
 
 /// Called at the end of every flush with what it did.
-pub async fn after_flush(inner: &Inner, trigger: Trigger, user: Option<&str>, replayed: usize, attention: usize) {
+pub async fn after_flush(
+    inner: &Inner,
+    trigger: Trigger,
+    user: Option<&str>,
+    replayed: usize,
+    attention: usize,
+) {
     let Some(user) = user else { return };
-    let Some(text) = summary(replayed, attention) else { return };
+    let Some(text) = summary(replayed, attention) else {
+        return;
+    };
     if !trigger.is_automatic() {
         return;
     }
-    let opted_in = inner.store.notifications_enabled(user).await.unwrap_or(false);
+    let opted_in = inner
+        .store
+        .notifications_enabled(user)
+        .await
+        .unwrap_or(false);
     let open = !windows().await.is_empty();
     if !should_notify(trigger, open, opted_in, permission_granted()) {
         return;
@@ -59,7 +71,9 @@ pub async fn after_flush(inner: &Inner, trigger: Trigger, user: Option<&str>, re
     if let Ok(p) = show.call2(&registration, &title.into(), &options) {
         if let Ok(p) = p.dyn_into::<js_sys::Promise>() {
             if let Err(e) = JsFuture::from(p).await {
-                web_sys::console::warn_1(&format!("sw-outbox: notification not shown: {}", super::describe(&e)).into());
+                web_sys::console::warn_1(
+                    &format!("sw-outbox: notification not shown: {}", super::describe(&e)).into(),
+                );
             }
         }
     }
@@ -68,7 +82,11 @@ pub async fn after_flush(inner: &Inner, trigger: Trigger, user: Option<&str>, re
 /// A click on the notification: focus a window of the app, or open one at
 /// `notificationUrl`.
 pub async fn on_click(inner: &Inner) -> Result<(), JsValue> {
-    let url = format!("{}{}", scope().location().origin(), inner.config.notification_url);
+    let url = format!(
+        "{}{}",
+        scope().location().origin(),
+        inner.config.notification_url
+    );
     for client in windows().await {
         if let Ok(window) = client.dyn_into::<WindowClient>() {
             JsFuture::from(window.focus()?).await?;
