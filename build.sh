@@ -137,6 +137,8 @@ run_tests() {
   suite service-worker-firefox env GECKODRIVER="$HOME/.cargo/bin/geckodriver" \
     wasm-pack test --mode no-install --headless --firefox
   suite end-to-end npm run --silent test:e2e
+  # The benchmark once at a tiny N: it still runs, no duplicates, order kept. No timings.
+  suite bench-smoke node bench/run.mjs --smoke
   count_results
   return $STATUS
 }
