@@ -52,7 +52,8 @@ const WASM_URL = RUNTIME[2];
 
 let loaded = null; // the Outbox once ready
 let loading = null; // its promise
-let startup = null; // the flush run once per worker start
+let startup = null; // the flush run once per worker start, once this worker is active
+let startupKept = false; // whether an event already waits for it
 
 /** Loads the module (from the cache when it is there) and starts the outbox. */
 function outbox() {
@@ -67,7 +68,7 @@ function outbox() {
       await wasm_bindgen({ module_or_path: bytes });
       const o = await wasm_bindgen.start(CONFIG);
       loaded = o;
-      startup = o.handle_start().catch((e) => console.error('sw-outbox: start flush', e));
+      if (isActive()) startFlush(o);
       return o;
     })();
     loading.catch((e) => {
@@ -78,8 +79,25 @@ function outbox() {
   return loading;
 }
 
-/** Keeps the worker alive for the start-up flush too. */
+/** Whether this worker is the registration's active one. An installing or waiting
+ * worker (during an update) only installs: it neither flushes nor takes the queue's
+ * Web Lock from the active worker, which is the one pages talk to. */
+function isActive() {
+  const me = self.serviceWorker; // undefined in browsers without it: assume active
+  return !me || me.state === 'activating' || me.state === 'activated';
+}
+
+/** The once-per-start flush (a non-empty queue left by an earlier run is sent). */
+function startFlush(o) {
+  if (!startup) startup = o.handle_start().catch((e) => console.error('sw-outbox: start flush', e));
+  return startup;
+}
+
+/** Keeps the worker alive for the start-up flush: the first event after start only, so
+ * no later event is held by it. */
 function keepAlive(event, work) {
+  if (startupKept) return;
+  startupKept = true;
   event.waitUntil(work.then(() => startup).catch(() => {}));
 }
 
@@ -98,7 +116,9 @@ self.addEventListener('activate', (event) => {
       if (name.startsWith(CACHE_PREFIX) && name !== CACHE) await caches.delete(name);
     }
     await self.clients.claim();
-    await outbox();
+    // The start flush runs now that this worker is active; activation does not wait
+    // for it (fetches wait for activation).
+    outbox().then(startFlush).catch(() => {});
   })());
 });
 
