@@ -219,7 +219,7 @@ fn cursor_steps(
 }
 
 /// The next item of a channel (`StreamExt::next` without futures-util).
-async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
+pub(crate) async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
     std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut *rx), cx))
         .await
 }

@@ -14,20 +14,26 @@ pub fn to_js(msg: &Outgoing) -> JsValue {
         .unwrap_or(JsValue::NULL)
 }
 
-/// Sends a report to every window client, controlled or not (a page that loaded before
-/// the worker took control still wants its outbox list).
-pub async fn broadcast(msg: &Outgoing) {
+/// Every window client of the scope, controlled or not (a page that loaded before the
+/// worker took control still wants its outbox list).
+pub async fn windows() -> Vec<Client> {
     let opts = ClientQueryOptions::new();
     opts.set_type(ClientType::Window);
     opts.set_include_uncontrolled(true);
-    let Ok(found) = JsFuture::from(scope().clients().match_all_with_options(&opts)).await else {
-        return;
-    };
+    match JsFuture::from(scope().clients().match_all_with_options(&opts)).await {
+        Ok(found) => js_sys::Array::from(&found)
+            .iter()
+            .filter_map(|c| c.dyn_into::<Client>().ok())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Sends a report to every window client.
+pub async fn broadcast(msg: &Outgoing) {
     let value = to_js(msg);
-    for c in js_sys::Array::from(&found).iter() {
-        if let Ok(client) = c.dyn_into::<Client>() {
-            let _ = client.post_message(&value);
-        }
+    for client in windows().await {
+        let _ = client.post_message(&value);
     }
 }
 

@@ -11,7 +11,7 @@ use crate::core::planner::{PlanItem, Replay};
 use crate::core::record::{RecordId, RecordMeta, RecordState};
 use crate::core::route::{record_is_auth_route, replay_path};
 use crate::protocol::{BlockedEntry, Outgoing};
-use crate::store::{body_bytes, QueueItem};
+use crate::store::{body_bytes, next, QueueItem};
 use futures_channel::{mpsc, oneshot};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -231,11 +231,6 @@ fn jitter() -> f64 {
 
 fn absolute(path: &str) -> String {
     format!("{}{}", scope().location().origin(), path)
-}
-
-async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
-    std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut *rx), cx))
-        .await
 }
 
 /// One record's replay, as the lane reports it back to the flush.

@@ -1,29 +1,17 @@
 //! Delivery notifications in the worker: shown after a background flush when no page
 //! is open, for an account that opted in; a click focuses or opens the app.
 
+use super::clients::windows;
 use super::{scope, Inner, Trigger};
 use crate::core::notify::{should_notify, summary};
 use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{Client, ClientQueryOptions, ClientType, WindowClient};
+use web_sys::WindowClient;
 
 /// The tag of the one notification: a newer one replaces the older.
 const TAG: &str = "sw-outbox";
-
-async fn windows() -> Vec<Client> {
-    let opts = ClientQueryOptions::new();
-    opts.set_type(ClientType::Window);
-    opts.set_include_uncontrolled(true);
-    match JsFuture::from(scope().clients().match_all_with_options(&opts)).await {
-        Ok(found) => js_sys::Array::from(&found)
-            .iter()
-            .filter_map(|c| c.dyn_into::<Client>().ok())
-            .collect(),
-        Err(_) => Vec::new(),
-    }
-}
 
 fn permission_granted() -> bool {
     Reflect::get(&js_sys::global(), &"Notification".into())
