@@ -27,12 +27,17 @@ pub enum IdbError {
 /// Describes a thrown value or a `DOMException` in one line.
 pub fn describe(v: &JsValue) -> String {
     if let Some(e) = v.dyn_ref::<web_sys::DomException>() {
-        return format!("{}: {}", e.name(), e.message());
+        return dom_error(e);
     }
     if let Some(e) = v.dyn_ref::<js_sys::Error>() {
         return format!("{}: {}", String::from(e.name()), String::from(e.message()));
     }
     v.as_string().unwrap_or_else(|| format!("{v:?}"))
+}
+
+/// `name: message` of the error a request or transaction carries.
+pub fn dom_error(d: &web_sys::DomException) -> String {
+    format!("{}: {}", d.name(), d.message())
 }
 
 pub fn failed(v: JsValue) -> IdbError {
@@ -66,7 +71,7 @@ pub fn request(request: IdbRequest) -> RequestFuture {
         let _ = e;
         if let Some(tx) = err_tx.borrow_mut().take() {
             let why = match err_req.error() {
-                Ok(Some(d)) => format!("{}: {}", d.name(), d.message()),
+                Ok(Some(d)) => dom_error(&d),
                 _ => "request failed".to_owned(),
             };
             let _ = tx.send(Err(IdbError::Failed(why)));
@@ -120,7 +125,7 @@ pub fn done(tx: &IdbTransaction) -> TransactionFuture {
     let abort: Handler = Closure::new(move |_e: web_sys::Event| {
         if let Some(s) = s2.borrow_mut().take() {
             let why = match t2.error() {
-                Some(d) => format!("{}: {}", d.name(), d.message()),
+                Some(d) => dom_error(&d),
                 None => "aborted".to_owned(),
             };
             let _ = s.send(Err(IdbError::Aborted(why)));

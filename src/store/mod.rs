@@ -208,7 +208,7 @@ fn cursor_steps(
     let r2 = req.clone();
     let err: Closure<dyn FnMut()> = Closure::new(move || {
         let why = match r2.error() {
-            Ok(Some(d)) => format!("{}: {}", d.name(), d.message()),
+            Ok(Some(d)) => idb::dom_error(&d),
             _ => "cursor failed".into(),
         };
         let _ = tx.unbounded_send(Err(IdbError::Failed(why)));

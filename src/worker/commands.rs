@@ -3,7 +3,7 @@
 
 use super::clients::{self, ReplyTo};
 use super::http::identity;
-use super::{flush, scope, Inner, Trigger};
+use super::{absolute, flush, Inner, Trigger};
 use crate::core::identity::confirms;
 use crate::core::key::IdempotencyKey;
 use crate::core::record::RecordId;
@@ -147,11 +147,7 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
 
 /// A fresh identity check naming `owner` as the expected account.
 async fn verify(inner: &Inner, owner: &str) -> Result<(), String> {
-    let url = format!(
-        "{}{}",
-        scope().location().origin(),
-        inner.config.auth_me_path
-    );
+    let url = absolute(&inner.config.auth_me_path);
     let expected = Some((inner.config.expected_account_header.as_str(), owner));
     match identity(&url, expected, inner.config.attempt_timeout_ms).await {
         Some(id) if confirms(&id, owner) => Ok(()),

@@ -35,6 +35,11 @@ pub(crate) fn scope() -> ServiceWorkerGlobalScope {
 
 pub(crate) use crate::store::idb::describe;
 
+/// A same-origin path as an absolute URL of this worker's origin.
+pub(crate) fn absolute(path: &str) -> String {
+    format!("{}{}", scope().location().origin(), path)
+}
+
 /// Milliseconds since the epoch, from the worker's clock.
 pub(crate) fn now_ms() -> u64 {
     js_sys::Date::now() as u64

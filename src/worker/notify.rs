@@ -2,7 +2,7 @@
 //! is open, for an account that opted in; a click focuses or opens the app.
 
 use super::clients::windows;
-use super::{scope, Inner, Trigger};
+use super::{absolute, scope, Inner, Trigger};
 use crate::core::notify::{should_notify, summary};
 use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::prelude::*;
@@ -70,11 +70,7 @@ pub async fn after_flush(
 /// A click on the notification: focus a window of the app, or open one at
 /// `notificationUrl`.
 pub async fn on_click(inner: &Inner) -> Result<(), JsValue> {
-    let url = format!(
-        "{}{}",
-        scope().location().origin(),
-        inner.config.notification_url
-    );
+    let url = absolute(&inner.config.notification_url);
     for client in windows().await {
         if let Ok(window) = client.dyn_into::<WindowClient>() {
             JsFuture::from(window.focus()?).await?;
