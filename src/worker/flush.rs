@@ -2,9 +2,9 @@
 //! classified and persisted before its workspace moves on, then the reports.
 
 use super::http::{fetch_with_timeout, header, identity, json_body};
-use super::{clients, now_ms, scope, Inner, Trigger};
+use super::{absolute, clients, now_ms, Inner, Trigger};
 use crate::core::answer::{classify, expire, settle, ReplayAnswer, Settlement, Verdict};
-use crate::core::backoff::FlushEnd;
+use crate::core::backoff::{Backoff, FlushEnd};
 use crate::core::identity::Identity;
 use crate::core::key::IdempotencyKey;
 use crate::core::planner::{PlanItem, Replay};
@@ -106,6 +106,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         None => {
             save_backoff(
                 inner,
+                backoff,
                 backoff.after(FlushEnd::Transient, now_ms(), jitter()),
             )
             .await;
@@ -176,7 +177,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             }
         }
     }
-    save_backoff(inner, backoff.after(end, now_ms(), jitter())).await;
+    save_backoff(inner, backoff, backoff.after(end, now_ms(), jitter())).await;
 
     let blocked = replay
         .blocked()
@@ -221,16 +222,16 @@ fn worse(so_far: FlushEnd, v: &Verdict) -> FlushEnd {
     }
 }
 
-async fn save_backoff(inner: &Inner, b: crate::core::backoff::Backoff) {
-    let _ = inner.store.set_backoff(&b).await;
+/// Persists the backoff state when a flush changed it (a strict write per flush
+/// otherwise, for nothing).
+async fn save_backoff(inner: &Inner, old: Backoff, new: Backoff) {
+    if new != old {
+        let _ = inner.store.set_backoff(&new).await;
+    }
 }
 
 fn jitter() -> f64 {
     js_sys::Math::random()
-}
-
-fn absolute(path: &str) -> String {
-    format!("{}{}", scope().location().origin(), path)
 }
 
 /// One record's replay, as the lane reports it back to the flush.
