@@ -73,6 +73,20 @@ fn records(items: Vec<QueueItem>) -> Vec<sw_outbox::core::record::RecordMeta> {
         .collect()
 }
 
+/// A JSON value as the page (or `sw.js`) would pass it.
+fn js(v: &Value) -> JsValue {
+    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .expect("js")
+}
+
+/// The reason `start` refuses a configuration.
+async fn start_refusal(cfg: Value) -> String {
+    match sw_outbox::worker::start(js(&cfg)).await {
+        Ok(_) => panic!("must refuse {cfg}"),
+        Err(e) => e.as_string().unwrap_or_default(),
+    }
+}
+
 fn factory() -> IdbFactory {
     Reflect::get(&js_sys::global(), &"indexedDB".into())
         .expect("indexedDB")
@@ -144,13 +158,7 @@ async fn the_queue_refuses_writes_beyond_max_records_and_keeps_the_earlier_ones(
 /// body and no owner, workspace or key.
 async fn make_v1(name: &str, values: &[Value]) {
     let open = factory().open_with_u32(name, 1).expect("open v1");
-    let values: Vec<JsValue> = values
-        .iter()
-        .map(|v| {
-            v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-                .expect("js")
-        })
-        .collect();
+    let values: Vec<JsValue> = values.iter().map(js).collect();
     let req = open.clone();
     let on_upgrade = Closure::<dyn FnMut()>::new(move || {
         let db: IdbDatabase = req.result().expect("db").unchecked_into();
@@ -273,10 +281,7 @@ async fn the_session_survives_reopening() {
 
 async fn outbox(db: &str, timeout_ms: u32) -> sw_outbox::worker::Outbox {
     let cfg = serde_json::json!({"dbName": db, "attemptTimeoutMs": timeout_ms});
-    let cfg = cfg
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .expect("js");
-    sw_outbox::worker::start(cfg)
+    sw_outbox::worker::start(js(&cfg))
         .await
         .unwrap_or_else(|e| panic!("start: {e:?}"))
 }
@@ -401,10 +406,7 @@ async fn a_page_key_is_kept_and_a_malformed_one_refused() {
 async fn an_oversized_body_that_cannot_go_through_is_refused_413_and_not_stored() {
     let db = unique("big");
     let cfg = serde_json::json!({"dbName": db, "attemptTimeoutMs": 1, "maxBodyBytes": 1024});
-    let cfg = cfg
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .expect("js");
-    let o = sw_outbox::worker::start(cfg).await.expect("start");
+    let o = sw_outbox::worker::start(js(&cfg)).await.expect("start");
     let (status, json) = answer(&o, request("POST", "/api/notes", &[], Some(&big_body()))).await;
     assert_eq!(status, 413, "{json}");
     assert_eq!(json["queued"], false);
@@ -445,23 +447,9 @@ async fn auth_routes_and_reads_are_never_queued_and_requests_outside_are_not_our
 
 #[wasm_bindgen_test]
 async fn an_invalid_configuration_is_refused_naming_the_field() {
-    let cfg = serde_json::json!({"replayConcurrency": 0});
-    let cfg = cfg
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .expect("js");
-    let err = match sw_outbox::worker::start(cfg).await {
-        Ok(_) => panic!("must refuse"),
-        Err(e) => e.as_string().unwrap_or_default(),
-    };
+    let err = start_refusal(serde_json::json!({"replayConcurrency": 0})).await;
     assert!(err.contains("replayConcurrency"), "{err}");
-    let cfg = serde_json::json!({"workspacePattern": "("});
-    let cfg = cfg
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .expect("js");
-    let err = match sw_outbox::worker::start(cfg).await {
-        Ok(_) => panic!("must refuse"),
-        Err(e) => e.as_string().unwrap_or_default(),
-    };
+    let err = start_refusal(serde_json::json!({"workspacePattern": "("})).await;
     assert!(err.contains("workspacePattern"), "{err}");
 }
 
