@@ -4,7 +4,7 @@
 #   ./build.sh          install what is missing, build the worker and the server
 #   ./build.sh demo     ... then run the demo (server + PWA) on http://127.0.0.1:8080
 #   ./build.sh test     ... then run every test: host, service worker (Chromium and
-#                       Firefox), end to end (Chromium)
+#                       Firefox), end to end (Chromium and Firefox)
 #
 # Nothing here downloads a prebuilt binary from outside the package registries:
 # Rust tools come from crates.io, browsers from Debian, Node packages from npm, and
@@ -137,6 +137,7 @@ run_tests() {
   suite service-worker-firefox env GECKODRIVER="$HOME/.cargo/bin/geckodriver" \
     wasm-pack test --mode no-install --headless --firefox
   suite end-to-end npm run --silent test:e2e
+  suite end-to-end-firefox env GECKODRIVER="$HOME/.cargo/bin/geckodriver" node --test --test-concurrency=1 tests/e2e-firefox/
   # The benchmark once at a tiny N: it still runs, no duplicates, order kept. No timings.
   suite bench-smoke node bench/run.mjs --smoke
   count_results
