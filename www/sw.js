@@ -93,6 +93,27 @@ function startFlush(o) {
   return startup;
 }
 
+/** The message an active worker sends a waiting one to renew its skipWaiting(). */
+const NUDGE = 'SW_OUTBOX_SKIP_WAITING';
+
+/** During an update the new worker activates once this (old) one is idle, and Chromium
+ * asks this one to stop as soon as it is. An event that reaches this worker while it stops
+ * restarts it, and the restarted instance has forgotten that request: the update then
+ * waits for its idle timeout (30 s), or for the five-minute limit while DevTools is
+ * attached. A restarted active worker that sees a waiting one asks it to call
+ * skipWaiting() again, which renews the request. */
+function nudgeWaiting() {
+  const reg = self.registration;
+  const waiting = reg && reg.waiting;
+  if (waiting && waiting !== self.serviceWorker && isActive()) {
+    try {
+      waiting.postMessage({ type: NUDGE });
+    } catch (e) {
+      console.warn('sw-outbox: could not reach the waiting worker', e);
+    }
+  }
+}
+
 /** Keeps the worker alive for the start-up flush: the first event after start only, so
  * no later event is held by it. */
 function keepAlive(event, work) {
@@ -138,6 +159,11 @@ self.addEventListener('fetch', (event) => {
 });
 
 self.addEventListener('message', (event) => {
+  // Only another worker of this origin can send this; it is not a page command.
+  if (event.data && event.data.type === NUDGE && event.source instanceof ServiceWorker) {
+    event.waitUntil(self.skipWaiting());
+    return;
+  }
   const work = outbox();
   event.waitUntil(work.then((o) => o.handle_message(event)));
   keepAlive(event, work);
@@ -157,3 +183,4 @@ self.addEventListener('online', () => {
 });
 
 outbox();
+nudgeWaiting();
