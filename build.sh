@@ -52,6 +52,11 @@ setup() {
   if [ ! -x /usr/bin/firefox-esr ]; then
     apt_install firefox-esr
   fi
+  # The server's PostgreSQL ledger tests start a throwaway cluster with these binaries
+  # (they never use the cluster the package itself may create).
+  if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+    apt_install postgresql
+  fi
   if [ "$(geckodriver --version 2>/dev/null | head -1 | cut -d' ' -f2)" != "$GECKODRIVER_VERSION" ]; then
     cargo install --locked "geckodriver@$GECKODRIVER_VERSION"
   fi

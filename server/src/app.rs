@@ -18,6 +18,7 @@ use crate::faults::Fault;
 use crate::http_util::{default_cache_control, detail, drop_connection, header_str, storage_error};
 use crate::idempotency;
 use crate::ledger::{Ledger, Scope, SqliteLedger};
+use crate::ledger_pg::PgLedger;
 use crate::routes;
 use crate::statics::{self, Www};
 use crate::store::{Db, Store, WriteInfo};
@@ -47,6 +48,24 @@ impl App {
         let db = Db::open(&config.db).map_err(|e| format!("opening {}: {e}", config.db))?;
         let store = Store::new(db.clone()).map_err(|e| e.to_string())?;
         let ledger = SqliteLedger::new(db).map_err(|e| e.to_string())?;
+        Ok(App::with_ledger(config, store, Arc::new(ledger)))
+    }
+
+    /// Like [`App::open`], but with the ledger `config.ledger` names, when it names one: the
+    /// demo data stays in `config.db` either way.
+    pub async fn connect(config: &Config) -> Result<App, String> {
+        let Some(url) = &config.ledger else {
+            return App::open(config);
+        };
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(format!(
+                "--ledger takes a postgres:// URL (got {url:?}); without it the ledger is in --db"
+            ));
+        }
+        let db = Db::open(&config.db).map_err(|e| format!("opening {}: {e}", config.db))?;
+        let store = Store::new(db).map_err(|e| e.to_string())?;
+        // The URL may hold a password: the error names the backend, never the URL.
+        let ledger = PgLedger::connect(url).await.map_err(|e| e.to_string())?;
         Ok(App::with_ledger(config, store, Arc::new(ledger)))
     }
 

@@ -74,6 +74,9 @@ pub struct Config {
     pub www: PathBuf,
     /// A file path, or `:memory:`.
     pub db: String,
+    /// `Some(postgres://…)`: keep the idempotency ledger in that PostgreSQL database instead
+    /// of `db`, so several server processes share it. The demo data stays in `db`.
+    pub ledger: Option<String>,
     pub mode: Mode,
     pub timings: LedgerTimings,
     /// Largest request body read (bigger → 413). The outbox itself refuses to queue more
@@ -91,6 +94,7 @@ impl Default for Config {
             port: 8080,
             www: PathBuf::from("www"),
             db: "sw-outbox-server.sqlite".to_owned(),
+            ledger: None,
             mode: Mode::Prod,
             timings: LedgerTimings::default(),
             max_request_body: 2 * 1024 * 1024,

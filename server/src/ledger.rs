@@ -2,11 +2,11 @@
 //!
 //! The HTTP protocol on top (waiting, staleness, replay headers) is in
 //! [`crate::idempotency`]; this module only says what must be stored atomically. It is a
-//! trait so a site can back it by its own database (a PostgreSQL implementation would map
-//! `begin` to `INSERT … ON CONFLICT DO NOTHING` + `SELECT … FOR UPDATE` in one
-//! transaction). The one hard requirement on any backend: [`Ledger::begin`] must be atomic
-//! and its claim durable (committed) before it returns, because the route runs right after,
-//! and a claim that could vanish in a crash would let a retry apply the write twice.
+//! trait so a site can back it by its own database: [`crate::ledger_pg::PgLedger`] is the
+//! PostgreSQL one, which several server processes can share. The one hard requirement on
+//! any backend: [`Ledger::begin`] must be atomic and its claim durable (committed) before it
+//! returns, because the route runs right after, and a claim that could vanish in a crash
+//! would let a retry apply the write twice.
 
 use crate::store::{Db, StoreError};
 use rusqlite::{params, OptionalExtension, TransactionBehavior};
@@ -308,88 +308,5 @@ impl Ledger for SqliteLedger {
             self.db.lock().execute("DELETE FROM idempotency", [])?;
             Ok(())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fp(body: &[u8]) -> Fingerprint {
-        use sha2::{Digest, Sha256};
-        Fingerprint {
-            method: "POST".into(),
-            path: "/api/notes".into(),
-            body_sha256: Sha256::digest(body).into(),
-        }
-    }
-
-    fn ledger() -> SqliteLedger {
-        SqliteLedger::new(Db::open(":memory:").expect("db")).expect("ledger")
-    }
-
-    #[tokio::test]
-    async fn claim_then_complete_then_replay() {
-        let l = ledger();
-        let s = Scope {
-            account: "alice".into(),
-            key: "k".repeat(22),
-        };
-        let t = ClaimToken("t1".into());
-        assert_eq!(
-            l.begin(&s, &fp(b"a"), &t, 1000, 0).await.unwrap(),
-            Begin::Claimed(t.clone())
-        );
-        let t2 = ClaimToken("t2".into());
-        assert_eq!(
-            l.begin(&s, &fp(b"a"), &t2, 1001, 0).await.unwrap(),
-            Begin::Running { heartbeat_ms: 1000 }
-        );
-        l.heartbeat(&s, &t, 1500).await.unwrap();
-        assert_eq!(
-            l.begin(&s, &fp(b"a"), &t2, 1501, 0).await.unwrap(),
-            Begin::Running { heartbeat_ms: 1500 }
-        );
-        assert_eq!(
-            l.begin(&s, &fp(b"b"), &t2, 1502, 0).await.unwrap(),
-            Begin::Reused
-        );
-        let ans = StoredAnswer {
-            status: 201,
-            content_type: Some("application/json".into()),
-            location: None,
-            body: b"{}".to_vec(),
-        };
-        // A stranger's token cannot complete the claim.
-        l.complete(&s, &t2, &ans).await.unwrap();
-        assert!(matches!(
-            l.begin(&s, &fp(b"a"), &t2, 1503, 0).await.unwrap(),
-            Begin::Running { .. }
-        ));
-        l.complete(&s, &t, &ans).await.unwrap();
-        assert_eq!(
-            l.begin(&s, &fp(b"a"), &t2, 1504, 0).await.unwrap(),
-            Begin::Completed(ans)
-        );
-        // Another account's identical key is a different entry.
-        let other = Scope {
-            account: "bob".into(),
-            key: s.key.clone(),
-        };
-        assert_eq!(
-            l.begin(&other, &fp(b"a"), &t2, 1505, 0).await.unwrap(),
-            Begin::Claimed(t2.clone())
-        );
-        // Expired: claimable again; pruning removes old rows.
-        let t3 = ClaimToken("t3".into());
-        assert_eq!(
-            l.begin(&s, &fp(b"z"), &t3, 9000, 5000).await.unwrap(),
-            Begin::Claimed(t3)
-        );
-        assert_eq!(
-            l.prune(9000).await.unwrap(),
-            1,
-            "bob's entry (created 1505) is pruned"
-        );
     }
 }

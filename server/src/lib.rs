@@ -8,6 +8,7 @@
 //!
 //! Layout: [`config`] (flags and timing bounds), [`store`] (SQLite: demo data, sessions,
 //! the applied log), [`ledger`] (the `Ledger` trait and its SQLite implementation),
+//! [`ledger_pg`] (the same ledger in PostgreSQL, shared by several server processes),
 //! [`idempotency`] (claim / replay / wait / heartbeat), [`auth`], [`routes`] (demo data),
 //! [`faults`] and [`control`] (test-only fault injection), [`statics`], [`app`] (the router
 //! and the per-request pipeline) and [`serve`] (the connection loop that can drop a
@@ -25,6 +26,7 @@ pub mod faults;
 pub mod http_util;
 pub mod idempotency;
 pub mod ledger;
+pub mod ledger_pg;
 pub mod routes;
 pub mod serve;
 pub mod statics;

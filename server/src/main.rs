@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use sw_outbox_server::{Config, Mode};
 
-const USAGE: &str = "usage: sw-outbox-server [--port N] [--host ADDR] [--www DIR] [--db FILE|:memory:] [--mode prod|demo|test]";
+const USAGE: &str = "usage: sw-outbox-server [--port N] [--host ADDR] [--www DIR] [--db FILE|:memory:] [--ledger postgres://USER@HOST:PORT/DB] [--mode prod|demo|test]";
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Config, String> {
     let mut config = Config::default();
@@ -34,6 +34,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Config, String> {
             }
             "--www" => config.www = value()?.into(),
             "--db" => config.db = value()?,
+            "--ledger" => config.ledger = Some(value()?),
             "--mode" => {
                 let v = value()?;
                 config.mode = Mode::parse(&v).ok_or_else(|| format!("bad --mode {v}"))?;

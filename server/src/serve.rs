@@ -44,10 +44,11 @@ impl RunningServer {
     }
 }
 
-/// Opens the database, binds, and serves in a background task until `shutdown` is called.
-/// The listener is accepting (kernel backlog) when this returns.
+/// Opens the database (and connects the PostgreSQL ledger, if configured), binds, and
+/// serves in a background task until `shutdown` is called. The listener is accepting
+/// (kernel backlog) when this returns.
 pub async fn spawn(config: Config) -> Result<RunningServer, String> {
-    let app = App::open(&config)?;
+    let app = App::connect(&config).await?;
     let listener = TcpListener::bind((config.host, config.port))
         .await
         .map_err(|e| format!("binding {}:{}: {e}", config.host, config.port))?;

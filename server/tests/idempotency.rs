@@ -4,9 +4,25 @@ use common::*;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 
-#[tokio::test]
-async fn first_apply_then_replay_with_same_answer() {
-    let srv = start(fast_timings()).await;
+// Every case runs twice, as `sqlite::<case>` and `postgres::<case>`.
+on_both_ledgers!(
+    first_apply_then_replay_with_same_answer,
+    keyless_writes_are_applied_each_time,
+    invalid_keys_are_refused,
+    key_reused_for_a_different_request,
+    scope_is_per_account,
+    client_errors_are_stored_and_replayed,
+    duplicate_waits_for_a_running_first_attempt,
+    in_progress_after_the_wait_bound,
+    cancelled_request_becomes_outcome_unknown_and_never_reruns,
+    expired_entries_apply_again,
+    expired_but_unpruned_entry_is_replaced,
+);
+
+async fn first_apply_then_replay_with_same_answer(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     let k = key("replay");
     let first = alice
@@ -62,9 +78,10 @@ async fn first_apply_then_replay_with_same_answer() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn keyless_writes_are_applied_each_time() {
-    let srv = start(fast_timings()).await;
+async fn keyless_writes_are_applied_each_time(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     alice.post("/api/notes", None, r#"{"text":"a"}"#).await;
     let r = alice.post("/api/notes", None, r#"{"text":"a"}"#).await;
@@ -73,9 +90,10 @@ async fn keyless_writes_are_applied_each_time() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn invalid_keys_are_refused() {
-    let srv = start(fast_timings()).await;
+async fn invalid_keys_are_refused(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     let long = "a".repeat(65);
     for bad in [
@@ -104,9 +122,10 @@ async fn invalid_keys_are_refused() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn key_reused_for_a_different_request() {
-    let srv = start(fast_timings()).await;
+async fn key_reused_for_a_different_request(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     let k = key("reused");
     assert_eq!(
@@ -147,9 +166,10 @@ async fn key_reused_for_a_different_request() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn scope_is_per_account() {
-    let srv = start(fast_timings()).await;
+async fn scope_is_per_account(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     let bob = Client::login(srv.addr, "bob").await;
     let k = key("scope");
@@ -171,9 +191,10 @@ async fn scope_is_per_account() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn client_errors_are_stored_and_replayed() {
-    let srv = start(fast_timings()).await;
+async fn client_errors_are_stored_and_replayed(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     let k = key("fourxx");
     let r1 = alice
@@ -220,9 +241,10 @@ async fn client_errors_are_stored_and_replayed() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn duplicate_waits_for_a_running_first_attempt() {
-    let srv = start(fast_timings()).await;
+async fn duplicate_waits_for_a_running_first_attempt(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     faults(
         srv.addr,
@@ -246,9 +268,10 @@ async fn duplicate_waits_for_a_running_first_attempt() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn in_progress_after_the_wait_bound() {
-    let srv = start(fast_timings()).await;
+async fn in_progress_after_the_wait_bound(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     // Longer than stale_after (600 ms): only the heartbeat keeps the claim alive.
     faults(
@@ -299,9 +322,10 @@ async fn in_progress_after_the_wait_bound() {
 
 /// The crash window: the claim is committed, then the request dies before completing. The
 /// outcome is unknown; the write must never be applied (again) by a retry.
-#[tokio::test]
-async fn cancelled_request_becomes_outcome_unknown_and_never_reruns() {
-    let srv = start(fast_timings()).await;
+async fn cancelled_request_becomes_outcome_unknown_and_never_reruns(backend: Backend) {
+    let Some(srv) = start_on(backend, fast_timings()).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     faults(
         srv.addr,
@@ -353,12 +377,13 @@ async fn cancelled_request_becomes_outcome_unknown_and_never_reruns() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn expired_entries_apply_again() {
+async fn expired_entries_apply_again(backend: Backend) {
     let mut t = fast_timings();
     t.expiry = Duration::from_millis(400);
     t.prune_every = Duration::from_millis(100);
-    let srv = start(t).await;
+    let Some(srv) = start_on(backend, t).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     let k = key("expiry");
     assert_eq!(
@@ -386,11 +411,13 @@ async fn expired_entries_apply_again() {
     srv.shutdown().await;
 }
 
-#[tokio::test]
-async fn expired_but_unpruned_entry_is_replaced() {
+async fn expired_but_unpruned_entry_is_replaced(backend: Backend) {
     let mut t = fast_timings();
     t.expiry = Duration::from_millis(300);
-    let srv = start(t).await; // prune_every is an hour: only `begin` sees the expiry
+    // prune_every is an hour: only `begin` sees the expiry.
+    let Some(srv) = start_on(backend, t).await else {
+        return;
+    };
     let alice = Client::login(srv.addr, "alice").await;
     let k = key("unpruned");
     assert_eq!(

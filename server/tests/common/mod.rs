@@ -4,10 +4,16 @@
 
 #![allow(dead_code)]
 
+pub mod pg;
+
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+use sw_outbox_server::ledger::{Ledger, SqliteLedger};
+use sw_outbox_server::ledger_pg::PgLedger;
+use sw_outbox_server::store::Db;
 use sw_outbox_server::{Config, LedgerTimings, Mode, RunningServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -48,10 +54,15 @@ pub async fn start(timings: LedgerTimings) -> RunningServer {
 }
 
 pub async fn start_with(timings: LedgerTimings, mode: Mode) -> RunningServer {
+    spawn(timings, mode, None).await
+}
+
+async fn spawn(timings: LedgerTimings, mode: Mode, ledger: Option<String>) -> RunningServer {
     let config = Config {
         port: 0,
         www: www_dir(),
         db: ":memory:".into(),
+        ledger,
         mode,
         timings,
         shutdown_grace: Duration::from_millis(200),
@@ -60,6 +71,60 @@ pub async fn start_with(timings: LedgerTimings, mode: Mode) -> RunningServer {
     sw_outbox_server::spawn(config)
         .await
         .expect("server starts")
+}
+
+/// Where the idempotency ledger lives; the same test cases run on each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A test-mode server with its ledger on `backend` (a fresh PostgreSQL database each time);
+/// `None` when PostgreSQL tests are skipped.
+pub async fn start_on(backend: Backend, timings: LedgerTimings) -> Option<RunningServer> {
+    let ledger = match backend {
+        Backend::Sqlite => None,
+        Backend::Postgres => Some(pg::server()?.fresh_database().await),
+    };
+    Some(spawn(timings, Mode::Test, ledger).await)
+}
+
+/// A bare ledger on `backend`, empty; `None` when PostgreSQL tests are skipped.
+pub async fn ledger_on(backend: Backend) -> Option<Arc<dyn Ledger>> {
+    Some(match backend {
+        Backend::Sqlite => Arc::new(
+            SqliteLedger::new(Db::open(":memory:").expect("sqlite")).expect("sqlite ledger"),
+        ),
+        Backend::Postgres => {
+            let url = pg::server()?.fresh_database().await;
+            Arc::new(PgLedger::connect(&url).await.expect("postgres ledger"))
+        }
+    })
+}
+
+/// Generates, for each named `async fn(Backend)`, one `#[tokio::test]` in `mod sqlite` and
+/// one in `mod postgres`: the same test case on both ledgers.
+#[macro_export]
+macro_rules! on_both_ledgers {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name($crate::common::Backend::Postgres).await
+                }
+            )*
+        }
+    };
 }
 
 #[derive(Debug, Clone)]
