@@ -39,6 +39,7 @@ const opt = {
   bytes: Number(argv.bytes ?? 1024),
   workspaces: Number(argv.workspaces ?? 10),
   warmup: SMOKE ? 3 : 20,
+  www: resolve(argv.www ? String(argv.www) : join(ROOT, 'www')), // the product build to measure
   only: argv.only ? String(argv.only) : null, // 'scale': only phase 6 (for a focused re-measure)
   scaleSubjects: String(argv['scale-subjects'] ?? 'product,workbox').split(','),
   out: resolve(argv.out ?? join(OUT, SMOKE ? 'smoke.json' : 'results.json')),
@@ -63,7 +64,7 @@ function prepare() {
   // A snapshot, so a concurrent rebuild of www/ cannot change the subject mid-run.
   const www = join(OUT, 'www');
   rmSync(www, { recursive: true, force: true });
-  cpSync(join(ROOT, 'www'), www, { recursive: true });
+  cpSync(opt.www, www, { recursive: true });
   const wb = join(OUT, 'workbox');
   mkdirSync(wb, { recursive: true });
   const es = spawnSync(join(ROOT, 'node_modules/.bin/esbuild'), [
