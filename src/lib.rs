@@ -2,11 +2,15 @@
 //! worker.
 //!
 //! `core` and `protocol` are pure Rust (host-tested); `store` (IndexedDB) and `worker`
-//! (fetch, messages, events) are the browser shell and exist only on wasm32.
+//! (fetch, messages, events) are the browser shell and exist only on wasm32, with `js`
+//! (serde over JavaScript values) under both.
 
 pub mod core;
 pub mod protocol;
 
+#[cfg(target_arch = "wasm32")]
+#[doc(hidden)] // public for its service-worker tests only
+pub mod js;
 #[cfg(target_arch = "wasm32")]
 pub mod store;
 #[cfg(target_arch = "wasm32")]

@@ -305,7 +305,7 @@ fn request(method: &str, path: &str, headers: &[(&str, &str)], body: Option<&[u8
 }
 
 async fn answer(o: &sw_outbox::worker::Outbox, r: Request) -> (u16, Value) {
-    let resp: Response = JsFuture::from(o.handle_fetch(r))
+    let resp: Response = JsFuture::from(o.handle_fetch(r, None))
         .await
         .expect("answers")
         .unchecked_into();
@@ -451,6 +451,9 @@ async fn an_invalid_configuration_is_refused_naming_the_field() {
     assert!(err.contains("replayConcurrency"), "{err}");
     let err = start_refusal(serde_json::json!({"workspacePattern": "("})).await;
     assert!(err.contains("workspacePattern"), "{err}");
+    // A misspelt field is not silently ignored.
+    let err = start_refusal(serde_json::json!({"replayConcurency": 2})).await;
+    assert!(err.contains("replayConcurency"), "{err}");
 }
 
 #[wasm_bindgen_test]

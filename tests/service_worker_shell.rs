@@ -172,7 +172,7 @@ async fn only_precached_files_are_intercepted_and_shell_url_must_be_precached() 
     // file; its 404 is not a reason to fall back, so it passes through.
     let asset = Request::new_with_str(&format!("{}/app.js", origin())).expect("request");
     assert!(o.intercepts(&asset));
-    let r: Response = JsFuture::from(o.handle_fetch(asset))
+    let r: Response = JsFuture::from(o.handle_fetch(asset, None))
         .await
         .expect("answers")
         .unchecked_into();

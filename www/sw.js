@@ -146,14 +146,14 @@ self.addEventListener('activate', (event) => {
 self.addEventListener('fetch', (event) => {
   const request = event.request;
   if (loaded) {
-    if (loaded.intercepts(request)) event.respondWith(loaded.handle_fetch(request));
+    if (loaded.intercepts(request)) event.respondWith(loaded.handle_fetch(request, event));
     return;
   }
   // Still loading: the module decides once it is there; if it cannot start, the
   // network answers as if there were no worker.
   const work = outbox();
   event.respondWith(work
-    .then((o) => (o.intercepts(request) ? o.handle_fetch(request) : fetch(request)))
+    .then((o) => (o.intercepts(request) ? o.handle_fetch(request, event) : fetch(request)))
     .catch(() => fetch(request)));
   keepAlive(event, work);
 });

@@ -1,7 +1,7 @@
 //! The messages between pages and the worker (contract sections 5 and 6), typed.
 //!
-//! Commands are parsed from JSON values (the shell converts the page's message with
-//! serde-wasm-bindgen first), so every malformed shape is tested on the host. A refusal
+//! Commands are parsed from JSON values (the shell converts the page's message first,
+//! with `js::from_value`), so every malformed shape is tested on the host. A refusal
 //! always names the field at fault.
 
 use crate::core::planner::BlockReason;

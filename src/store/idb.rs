@@ -32,7 +32,11 @@ pub fn describe(v: &JsValue) -> String {
     if let Some(e) = v.dyn_ref::<js_sys::Error>() {
         return format!("{}: {}", String::from(e.name()), String::from(e.message()));
     }
-    v.as_string().unwrap_or_else(|| format!("{v:?}"))
+    // Anything else as JSON: `{v:?}` would bring wasm-bindgen's debug printer into the
+    // glue for a case that is rare.
+    v.as_string()
+        .or_else(|| js_sys::JSON::stringify(v).ok()?.as_string())
+        .unwrap_or_else(|| "a value that is neither an error nor JSON".into())
 }
 
 /// `name: message` of the error a request or transaction carries.

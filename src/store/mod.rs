@@ -89,13 +89,8 @@ fn factory() -> Result<IdbFactory, IdbError> {
         .map_err(|_| IdbError::Unavailable)
 }
 
-fn serializer() -> serde_wasm_bindgen::Serializer {
-    serde_wasm_bindgen::Serializer::new().serialize_missing_as_null(true)
-}
-
 fn to_js<T: Serialize>(v: &T) -> Result<JsValue, IdbError> {
-    v.serialize(&serializer())
-        .map_err(|e| IdbError::Failed(format!("serialising: {e}")))
+    crate::js::to_value(v).map_err(|e| IdbError::Failed(format!("serialising: {e}")))
 }
 
 /// The stored body's size: absent or null is 0, bytes and strings their length; any
@@ -134,8 +129,7 @@ fn record_id(key: &JsValue) -> Option<RecordId> {
 pub fn read_item(key: &JsValue, value: &JsValue, patterns: &dyn Patterns) -> Option<QueueItem> {
     let id = record_id(key)?;
     let raw: Result<RawRecord, _> = if value.is_object() {
-        serde_wasm_bindgen::from_value(value.clone())
-            .map_err(|e| CorruptRecord::Shape(e.to_string()))
+        crate::js::from_value(value.clone()).map_err(|e| CorruptRecord::Shape(e.to_string()))
     } else {
         Err(CorruptRecord::Shape("not an object".into()))
     };
@@ -474,7 +468,7 @@ impl Store {
         if !v.is_object() {
             return Ok(Default::default());
         }
-        Ok(serde_wasm_bindgen::from_value(v).unwrap_or_default())
+        Ok(crate::js::from_value(v).unwrap_or_default())
     }
 
     pub async fn set_backoff(&self, b: &crate::core::backoff::Backoff) -> Result<(), IdbError> {

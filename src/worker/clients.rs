@@ -1,7 +1,6 @@
 //! Messages to pages: reports to every window of the scope, answers to the sender.
 
 use crate::protocol::Outgoing;
-use serde::Serialize;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -10,8 +9,7 @@ use web_sys::{Client, ClientQueryOptions, ClientType, MessagePort};
 use super::scope;
 
 pub fn to_js(msg: &Outgoing) -> JsValue {
-    msg.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .unwrap_or(JsValue::NULL)
+    crate::js::to_value(msg).unwrap_or(JsValue::NULL)
 }
 
 /// Every window client of the scope, controlled or not (a page that loaded before the

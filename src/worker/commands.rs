@@ -18,7 +18,7 @@ use web_sys::ExtendableMessageEvent;
 
 pub async fn handle(inner: &Rc<Inner>, event: &ExtendableMessageEvent) {
     let reply = ReplyTo::of(event);
-    let data: Value = serde_wasm_bindgen::from_value(event.data()).unwrap_or(Value::Null);
+    let data: Value = crate::js::from_value(event.data()).unwrap_or(Value::Null);
     let env = match parse_command(&data, inner.config.max_records as usize) {
         Ok(env) => env,
         Err(refusal) => return reply.send(&refusal.result()),

@@ -14,8 +14,8 @@ use js_sys::{Reflect, Uint8Array};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::JsFuture;
-use web_sys::{Headers, Request, RequestInit, RequestMode, Response, Url};
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use web_sys::{ExtendableEvent, Headers, Request, RequestInit, RequestMode, Response, Url};
 
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
@@ -29,7 +29,11 @@ pub fn locate(request: &Request) -> Option<(bool, String)> {
     ))
 }
 
-pub async fn handle(inner: &Rc<Inner>, request: Request) -> Result<Response, JsValue> {
+pub async fn handle(
+    inner: &Rc<Inner>,
+    request: Request,
+    event: Option<&ExtendableEvent>,
+) -> Result<Response, JsValue> {
     let Some((same_origin, path)) = locate(&request) else {
         return fetch_request(&request).await;
     };
@@ -54,7 +58,7 @@ pub async fn handle(inner: &Rc<Inner>, request: Request) -> Result<Response, JsV
         RequestKind::Write {
             record_path,
             workspace,
-        } => write(inner, request, record_path, workspace).await,
+        } => write(inner, request, record_path, workspace, event).await,
     }
 }
 
@@ -72,6 +76,7 @@ async fn write(
     request: Request,
     record_path: String,
     workspace: Option<String>,
+    event: Option<&ExtendableEvent>,
 ) -> Result<Response, JsValue> {
     let cfg = &inner.config;
     let headers = Headers::new_with_headers(&request.headers())?;
@@ -129,7 +134,8 @@ async fn write(
         workspace,
         key.clone(),
     );
-    let queued = Outgoing::Queued {
+    // The report names the record by the id its commit gives it.
+    let mut report = Outgoing::Queued {
         id: crate::core::record::RecordId(0),
         method: record.method.clone(),
         path: record.path.clone(),
@@ -138,24 +144,15 @@ async fn write(
     };
     match inner.enqueue(Pending { record, body }).await {
         Ok(id) => {
-            if let Outgoing::Queued {
-                method,
-                path,
-                workspace,
-                owner_id,
-                ..
-            } = queued
-            {
-                clients::broadcast(&Outgoing::Queued {
-                    id,
-                    method,
-                    path,
-                    workspace,
-                    owner_id,
-                })
-                .await;
+            if let Outgoing::Queued { id: slot, .. } = &mut report {
+                *slot = id;
             }
-            register_sync(&cfg.sync_tag).await;
+            let tag = cfg.sync_tag.clone();
+            after_answer(event, async move {
+                clients::broadcast(&report).await;
+                register_sync(&tag).await;
+            })
+            .await;
             json_response(&SyntheticAnswer::queued(id, &key))
         }
         Err(EnqueueFailure::Full) => {
@@ -166,6 +163,23 @@ async fn write(
         Err(EnqueueFailure::Storage(e)) => {
             json_response(&SyntheticAnswer::not_queued(&NotQueued::Storage(e)))
         }
+    }
+}
+
+/// Runs `work` after the answer when the fetch event can keep the worker alive for it
+/// (the 202 needs only the commit; a report and a sync registration are two more browser
+/// round trips), else before it.
+async fn after_answer(
+    event: Option<&ExtendableEvent>,
+    work: impl std::future::Future<Output = ()> + 'static,
+) {
+    let done = future_to_promise(async move {
+        work.await;
+        Ok(JsValue::UNDEFINED)
+    });
+    let kept = event.is_some_and(|e| e.wait_until(&done).is_ok());
+    if !kept {
+        let _ = JsFuture::from(done).await;
     }
 }
 

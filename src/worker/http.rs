@@ -39,12 +39,10 @@ pub async fn fetch_request(request: &Request) -> Result<Response, JsValue> {
 
 /// The body of an answer as JSON, when it is JSON (error bodies carry the idempotency
 /// codes). Reading consumes the answer; callers use it only for their own requests.
+/// The browser parses it: the module carries no JSON parser of its own.
 pub async fn json_body(response: &Response) -> Option<Value> {
-    let text = JsFuture::from(response.text().ok()?)
-        .await
-        .ok()?
-        .as_string()?;
-    serde_json::from_str(&text).ok()
+    let parsed = JsFuture::from(response.json().ok()?).await.ok()?;
+    crate::js::from_value(parsed).ok()
 }
 
 pub fn header(headers: &Headers, name: &str) -> Option<String> {
@@ -74,7 +72,8 @@ pub async fn identity(
     Some(read_identity(status, body.as_ref(), csrf.as_deref()))
 }
 
-/// A JSON answer made up by the worker.
+/// A JSON answer made up by the worker, written by the browser's `JSON.stringify` (the
+/// same bytes as serde_json's compact form for these bodies).
 pub fn json_response(answer: &SyntheticAnswer) -> Result<Response, JsValue> {
     let init = ResponseInit::new();
     init.set_status(answer.status);
@@ -82,5 +81,7 @@ pub fn json_response(answer: &SyntheticAnswer) -> Result<Response, JsValue> {
     headers.set("Content-Type", "application/json")?;
     headers.set("Cache-Control", "no-store")?;
     init.set_headers(&headers);
-    Response::new_with_opt_str_and_init(Some(&answer.body.to_string()), &init)
+    let body = crate::js::to_value(&answer.body).map_err(|e| JsValue::from_str(&e.to_string()))?;
+    let text = js_sys::JSON::stringify(&body)?;
+    Response::new_with_opt_str_and_init(text.as_string().as_deref(), &init)
 }

@@ -91,7 +91,7 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
     let config: Config = if config.is_undefined() || config.is_null() {
         Config::default()
     } else {
-        serde_wasm_bindgen::from_value(config)
+        crate::js::from_value_strict(config)
             .map_err(|e| JsValue::from_str(&format!("sw-outbox: invalid configuration: {e}")))?
     };
     let config = config
@@ -136,14 +136,22 @@ impl Outbox {
         ) != RequestKind::Passthrough
     }
 
-    /// Answers a fetch event's request (contract sections 1, 2 and 9).
-    pub fn handle_fetch(&self, request: Request) -> js_sys::Promise {
+    /// Answers a fetch event's request (contract sections 1, 2 and 9). With the event,
+    /// work that the answer does not need (the `MUTATION_QUEUED` report, the sync
+    /// registration) runs after it, kept alive by `event.waitUntil`.
+    pub fn handle_fetch(
+        &self,
+        request: Request,
+        event: Option<web_sys::ExtendableEvent>,
+    ) -> js_sys::Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             if shell::handles(&inner, &request) {
                 return shell::handle(&inner, request).await.map(Into::into);
             }
-            fetch::handle(&inner, request).await.map(Into::into)
+            fetch::handle(&inner, request, event.as_ref())
+                .await
+                .map(Into::into)
         })
     }
 
@@ -202,7 +210,7 @@ impl Outbox {
 
     /// The configuration in force, for `sw.js` (precache list, build) and for tests.
     pub fn config(&self) -> JsValue {
-        serde_wasm_bindgen::to_value(&ConfigView::of(&self.inner.config)).unwrap_or(JsValue::NULL)
+        crate::js::to_value(&ConfigView::of(&self.inner.config)).unwrap_or(JsValue::NULL)
     }
 }
 
