@@ -4,13 +4,12 @@
 // connections (a real network failure inside the worker's fetch), and /__control/applied
 // is the ground truth of what was applied.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { existsSync, rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { startServer as startReferenceServer, stopServer as stopReferenceServer } from '../e2e/harness.mjs';
 import { FIREFOX_PREFS, Session, atProcessEnd, startGeckodriver } from './webdriver.mjs';
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -26,40 +25,18 @@ function checkPrerequisites({ serverBin, www, firefox, geckodriver }) {
   if (missing.length) throw new Error(`Firefox e2e prerequisites missing:\n  - ${missing.join('\n  - ')}`);
 }
 
-/** The reference server, started as tests/e2e/harness.mjs starts it. */
+/** The reference server, started by tests/e2e/harness.mjs's own function; killed too if
+ * this process dies before `close()`. */
 function startServer(serverBin, www) {
-  const child = spawn(serverBin, ['--port', '0', '--mode', 'test', '--db', ':memory:', '--www', www], {
-    cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const output = [];
-  const note = (line) => { output.push(line); if (output.length > 200) output.shift(); };
-  createInterface({ input: child.stderr }).on('line', note);
-  const baseUrl = new Promise((resolveUrl, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server printed no "listening on" line within 20 s:\n${output.join('\n')}`)), 20000);
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      note(line);
-      const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(line);
-      if (m) { clearTimeout(timer); resolveUrl(m[1]); }
-    });
-    child.on('error', (err) => { clearTimeout(timer); reject(err); });
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      reject(new Error(`server exited early (code ${code}, signal ${signal}):\n${output.join('\n')}`));
-    });
-  });
-  baseUrl.catch(() => {});
-  child.unhook = atProcessEnd(() => child.kill('SIGKILL'));
-  return { child, baseUrl, output };
+  const server = startReferenceServer(serverBin, www);
+  server.baseUrl.catch(() => {});
+  server.child.unhook = atProcessEnd(() => server.child.kill('SIGKILL'));
+  return server;
 }
 
 async function stopServer(child) {
   child.unhook?.();
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  const exited = new Promise((r) => child.once('exit', r));
-  child.kill('SIGTERM');
-  const timer = setTimeout(() => child.kill('SIGKILL'), 3000);
-  await exited;
-  clearTimeout(timer);
+  await stopReferenceServer(child);
 }
 
 /** Polls `fn` until it returns a truthy value; returns it. */

@@ -33,8 +33,9 @@ function checkPrerequisites({ serverBin, www, requireWorker }) {
   if (missing.length) throw new Error(`e2e prerequisites missing:\n  - ${missing.join('\n  - ')}`);
 }
 
-/** Starts the server on a free port; resolves with its base URL once it accepts connections. */
-function startServer(serverBin, www) {
+/** Starts the server on a free port; resolves with its base URL once it accepts connections.
+ * (The Firefox harness starts it the same way.) */
+export function startServer(serverBin, www) {
   const child = spawn(serverBin, ['--port', '0', '--mode', 'test', '--db', ':memory:', '--www', www], {
     cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -57,7 +58,7 @@ function startServer(serverBin, www) {
   return { child, baseUrl, output };
 }
 
-async function stopServer(child) {
+export async function stopServer(child) {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((r) => child.once('exit', r));
   child.kill('SIGTERM');
