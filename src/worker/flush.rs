@@ -125,10 +125,10 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let mut metas: HashMap<RecordId, RecordMeta> = HashMap::new();
     let mut expired_now = 0;
     let mut plan = Vec::with_capacity(items.len());
-    for item in &items {
+    // Consumed, not cloned: the flush holds one copy of each record's metadata.
+    for item in items {
         match item {
-            QueueItem::Record(m) => {
-                let mut m = m.clone();
+            QueueItem::Record(mut m) => {
                 if let Some(expired) = expire(&m, started, cfg) {
                     if store
                         .write_fields(m.id, &expired.mutable_fields())
@@ -143,7 +143,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                 plan.push(PlanItem::of(&m, auth));
                 metas.insert(m.id, m);
             }
-            QueueItem::Corrupt(id, _) => plan.push(PlanItem::corrupt(*id)),
+            QueueItem::Corrupt(id, _) => plan.push(PlanItem::corrupt(id)),
         }
     }
     let total = plan.len();
