@@ -13,11 +13,16 @@ pub enum Trigger {
     Start,
     /// A flush that follows a successful recovery command.
     Recovery,
+    /// A write was queued behind an unresolved earlier write of its lane.
+    Queued,
 }
 
 impl Trigger {
     pub fn is_automatic(self) -> bool {
-        matches!(self, Trigger::Sync | Trigger::Online | Trigger::Start)
+        matches!(
+            self,
+            Trigger::Sync | Trigger::Online | Trigger::Start | Trigger::Queued
+        )
     }
 }
 

@@ -8,6 +8,7 @@ pub mod config;
 pub mod first_attempt;
 pub mod identity;
 pub mod key;
+pub mod lanes;
 pub mod notify;
 pub mod planner;
 pub mod record;

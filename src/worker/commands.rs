@@ -6,6 +6,7 @@ use super::http::identity;
 use super::{absolute, flush, Inner, Trigger};
 use crate::core::identity::confirms;
 use crate::core::key::IdempotencyKey;
+use crate::core::lanes::Lane;
 use crate::core::record::RecordId;
 use crate::core::recovery::{adopt, recover, Recovery};
 use crate::core::route::record_is_auth_route;
@@ -86,6 +87,7 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                 .await;
             match cleared {
                 Ok(n) => {
+                    inner.lanes_cleared();
                     *inner.session.borrow_mut() = None;
                     clients::broadcast(&Outgoing::Blocked {
                         blocked: Vec::new(),
@@ -160,7 +162,8 @@ async fn rebind(inner: &Inner, owner: &str, ids: Option<&[RecordId]>) -> Result<
     verify(inner, owner).await?;
     let cfg = &inner.config;
     let patterns = &*inner.patterns;
-    inner
+    let adopted_lanes: RefCell<Vec<Lane>> = RefCell::new(Vec::new());
+    let n = inner
         .store
         .rewrite_where(None, |item| {
             let QueueItem::Record(m) = item else {
@@ -168,12 +171,22 @@ async fn rebind(inner: &Inner, owner: &str, ids: Option<&[RecordId]>) -> Result<
             };
             let auth = record_is_auth_route(&m.path, cfg, patterns);
             match adopt(m, owner, ids, auth, IdempotencyKey::mint_opt) {
-                Some(adopted) => Rewrite::Fields(adopted.mutable_fields()),
+                Some(adopted) => {
+                    adopted_lanes
+                        .borrow_mut()
+                        .extend(Lane::of(Some(owner), adopted.workspace.as_deref()));
+                    Rewrite::Fields(adopted.mutable_fields())
+                }
                 None => Rewrite::Keep,
             }
         })
         .await
-        .map_err(|e| format!("the records could not be adopted: {e}"))
+        .map_err(|e| format!("the records could not be adopted: {e}"))?;
+    // Owned now, they hold back later writes of their lanes.
+    for lane in adopted_lanes.into_inner() {
+        inner.lane_stored(&lane);
+    }
+    Ok(n)
 }
 
 async fn recover_one(
@@ -184,6 +197,7 @@ async fn recover_one(
 ) -> Result<(), String> {
     verify(inner, owner).await?;
     let refusal: RefCell<Option<String>> = RefCell::new(None);
+    let discarded: RefCell<Option<Lane>> = RefCell::new(None);
     let mut seen = false;
     let changed = inner
         .store
@@ -201,7 +215,12 @@ async fn recover_one(
                 super::now_ms(),
                 IdempotencyKey::mint_opt,
             ) {
-                Ok(Recovery::Delete) => Rewrite::Delete,
+                Ok(Recovery::Delete) => {
+                    *discarded.borrow_mut() = meta
+                        .filter(|m| !record_is_auth_route(&m.path, &inner.config, &*inner.patterns))
+                        .and_then(|m| Lane::of(m.owner.as_deref(), m.workspace.as_deref()));
+                    Rewrite::Delete
+                }
                 Ok(Recovery::Requeue(m)) => Rewrite::Fields(m.mutable_fields()),
                 Err(e) => {
                     *refusal.borrow_mut() = Some(e.to_string());
@@ -216,6 +235,9 @@ async fn recover_one(
     }
     if !seen || changed == 0 {
         return Err(crate::core::recovery::RecoveryRefused::Missing(id).to_string());
+    }
+    if let Some(lane) = discarded.into_inner() {
+        inner.lane_resolved(&lane);
     }
     Ok(())
 }

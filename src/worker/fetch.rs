@@ -1,11 +1,12 @@
 //! Fetch interception (contract sections 1 and 2).
 
 use super::http::{fetch_request, fetch_with_timeout, header, json_response};
-use super::{clients, describe, now_ms, scope, Inner};
+use super::{clients, describe, flush, now_ms, scope, Inner, Trigger};
 use crate::core::first_attempt::{
     capture_owner, check_queueable, choose_key, NotQueued, SyntheticAnswer,
 };
 use crate::core::key::IdempotencyKey;
+use crate::core::lanes::Lane;
 use crate::core::record::NewRecord;
 use crate::core::route::{classify, RequestKind};
 use crate::protocol::Outgoing;
@@ -96,6 +97,9 @@ async fn write(
         headers.set(&cfg.expected_account_header, o)?;
     }
     let content_type = header(&headers, "Content-Type");
+    // Registered on arrival: a later write of the lane waits for this one to settle.
+    let lane = Lane::of(owner.as_deref(), workspace.as_deref());
+    let turn = lane.clone().map(|l| inner.enter_lane(l));
     // The exact bytes: kept for the queue, and sent as the body of the first attempt.
     let buffer = JsFuture::from(request.array_buffer()?).await?;
     let body = Uint8Array::new(&buffer);
@@ -117,8 +121,20 @@ async fn write(
     } else {
         mode
     });
-    if let Ok(answer) = fetch_with_timeout(&init, &request.url(), cfg.attempt_timeout_ms).await {
-        return Ok(answer);
+    if let Some(t) = &turn {
+        t.wait().await;
+    }
+    // An unresolved earlier write of its lane is ahead: queue behind it, unsent
+    // (`core::lanes`); a flush follows.
+    let behind = match &lane {
+        Some(l) => inner.held_back(l).await,
+        None => false,
+    };
+    if !behind {
+        if let Ok(answer) = fetch_with_timeout(&init, &request.url(), cfg.attempt_timeout_ms).await
+        {
+            return Ok(answer);
+        }
     }
 
     let body_len = body.as_ref().map_or(0, |b| b.length() as usize);
@@ -142,15 +158,29 @@ async fn write(
         workspace: record.workspace.clone(),
         owner_id: record.owner_id.clone(),
     };
-    match inner.enqueue(Pending { record, body }).await {
+    if let Some(l) = &lane {
+        inner.lane_stored(l);
+    }
+    let stored = inner.enqueue(Pending { record, body });
+    // Handed to the store in arrival order: the writes behind this one may go on.
+    drop(turn);
+    let stored = stored.await;
+    if let (Err(_), Some(l)) = (&stored, &lane) {
+        inner.lane_resolved(l);
+    }
+    match stored {
         Ok(id) => {
             if let Outgoing::Queued { id: slot, .. } = &mut report {
                 *slot = id;
             }
             let tag = cfg.sync_tag.clone();
+            let me = inner.clone();
             after_answer(event, async move {
                 clients::broadcast(&report).await;
                 register_sync(&tag).await;
+                if behind {
+                    flush::request(&me, Trigger::Queued).await;
+                }
             })
             .await;
             json_response(&SyntheticAnswer::queued(id, &key))

@@ -7,6 +7,7 @@ use crate::core::answer::{classify, expire, settle, ReplayAnswer, Settlement, Ve
 use crate::core::backoff::{Backoff, FlushEnd};
 use crate::core::identity::Identity;
 use crate::core::key::IdempotencyKey;
+use crate::core::lanes::Lane;
 use crate::core::planner::{PlanItem, Replay};
 use crate::core::record::{RecordId, RecordMeta, RecordState};
 use crate::core::route::{record_is_auth_route, replay_path};
@@ -321,7 +322,15 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> Sent {
         }
     };
     let (moved, persisted) = match settle(&meta, &verdict, cfg) {
-        Settlement::Delete => (false, inner.store.delete(id).await.is_ok()),
+        Settlement::Delete => {
+            let deleted = inner.store.delete(id).await.is_ok();
+            if deleted && !record_is_auth_route(&meta.path, cfg, &*inner.patterns) {
+                if let Some(lane) = Lane::of(meta.owner.as_deref(), meta.workspace.as_deref()) {
+                    inner.lane_resolved(&lane);
+                }
+            }
+            (false, deleted)
+        }
         Settlement::Unchanged => (false, true),
         Settlement::Update(m) => (
             matches!(m.state, RecordState::NeedsAttention(_)),

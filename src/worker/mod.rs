@@ -10,6 +10,7 @@ mod commands;
 mod fetch;
 mod flush;
 mod http;
+mod lanes;
 mod notify;
 mod patterns;
 pub mod shell;
@@ -76,6 +77,8 @@ pub(crate) struct Inner {
     chain: FifoLock,
     batcher: Rc<Batcher>,
     flush: RefCell<FlushState>,
+    /// First attempts in lane order (`lanes`).
+    lanes: lanes::Lanes,
 }
 
 /// The outbox running in this worker.
@@ -102,18 +105,20 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         .await
         .map_err(|e| JsValue::from_str(&format!("sw-outbox: cannot open IndexedDB: {e}")))?;
     let session = store.session_user().await.unwrap_or(None);
-    Ok(Outbox {
-        inner: Rc::new(Inner {
-            config,
-            patterns,
-            store: Rc::new(store),
-            session: RefCell::new(session),
-            session_writes: FifoLock::default(),
-            chain: FifoLock::default(),
-            batcher: Rc::new(Batcher::default()),
-            flush: RefCell::new(FlushState::default()),
-        }),
-    })
+    let inner = Rc::new(Inner {
+        config,
+        patterns,
+        store: Rc::new(store),
+        session: RefCell::new(session),
+        session_writes: FifoLock::default(),
+        chain: FifoLock::default(),
+        batcher: Rc::new(Batcher::default()),
+        flush: RefCell::new(FlushState::default()),
+        lanes: lanes::Lanes::default(),
+    });
+    let counting = inner.clone();
+    wasm_bindgen_futures::spawn_local(async move { counting.count_lanes().await });
+    Ok(Outbox { inner })
 }
 
 #[wasm_bindgen]
@@ -257,11 +262,14 @@ impl Inner {
         chain::under_web_lock(&lock_name, op).await
     }
 
-    /// Stores one write through the group-commit batcher.
-    pub(crate) async fn enqueue(
+    /// Stores one write through the group-commit batcher. The write is handed to the
+    /// batcher when this is called (so the order of calls is the order of ids); the
+    /// future resolves once its transaction committed.
+    pub(crate) fn enqueue(
         self: &Rc<Self>,
         pending: Pending,
-    ) -> Result<crate::core::record::RecordId, EnqueueFailure> {
+    ) -> impl std::future::Future<Output = Result<crate::core::record::RecordId, EnqueueFailure>>
+    {
         let (tx, rx) = oneshot::channel();
         self.batcher.pending.borrow_mut().push((pending, tx));
         if !self.batcher.running.get() {
@@ -286,8 +294,10 @@ impl Inner {
                 }
             });
         }
-        rx.await.unwrap_or(Err(EnqueueFailure::Storage(
-            "the write was dropped before it was stored".into(),
-        )))
+        async move {
+            rx.await.unwrap_or(Err(EnqueueFailure::Storage(
+                "the write was dropped before it was stored".into(),
+            )))
+        }
     }
 }
