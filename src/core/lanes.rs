@@ -8,11 +8,9 @@
 //! workspace, with account-level records (no workspace) a barrier both ways. Records of
 //! other owners, and of unknown owners, hold nothing back.
 
-use std::collections::HashMap;
-
 /// The ordering a write takes part in: its owner and its workspace (`None`: an
 /// account-level write).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lane {
     pub owner: String,
     pub workspace: Option<String>,
@@ -38,9 +36,11 @@ impl Lane {
 }
 
 /// The unresolved records of the queue (queued or needs-attention), counted per lane.
+/// A list, not a map: a queue holds few distinct lanes, and every lookup is a scan of
+/// the lanes a write follows anyway.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct StoredLanes {
-    counts: HashMap<Lane, u32>,
+    counts: Vec<(Lane, u32)>,
 }
 
 impl StoredLanes {
@@ -54,22 +54,25 @@ impl StoredLanes {
     }
 
     pub fn add(&mut self, lane: &Lane) {
-        *self.counts.entry(lane.clone()).or_insert(0) += 1;
+        match self.counts.iter_mut().find(|(l, _)| l == lane) {
+            Some((_, n)) => *n += 1,
+            None => self.counts.push((lane.clone(), 1)),
+        }
     }
 
     /// One record of the lane is resolved (replayed, discarded) or was never stored.
     pub fn remove(&mut self, lane: &Lane) {
-        if let Some(n) = self.counts.get_mut(lane) {
-            *n -= 1;
-            if *n == 0 {
-                self.counts.remove(lane);
+        if let Some(i) = self.counts.iter().position(|(l, _)| l == lane) {
+            self.counts[i].1 -= 1;
+            if self.counts[i].1 == 0 {
+                self.counts.swap_remove(i);
             }
         }
     }
 
     /// Whether a new write of `lane` has an unresolved record ahead of it.
     pub fn holds_back(&self, lane: &Lane) -> bool {
-        self.counts.keys().any(|earlier| lane.follows(earlier))
+        self.counts.iter().any(|(earlier, _)| lane.follows(earlier))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -79,7 +82,7 @@ impl StoredLanes {
 
 /// A write of this worker that has not yet been answered a first attempt or handed to
 /// the store, in arrival order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Ticket(pub u64);
 
 /// Writes still deciding (a first attempt under way, or a record about to be stored).

@@ -40,15 +40,21 @@ impl FifoLock {
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        let next = self.lock.waiters.borrow_mut().pop_front();
-        match next {
-            // Ownership passes directly: `held` stays true for the next holder.
-            Some(tx) => {
-                if tx.send(()).is_err() {
+        // Ownership passes directly to the first waiter still waiting (`held` stays
+        // true); one that gave up is skipped, so the ones behind it are not stranded.
+        loop {
+            let next = self.lock.waiters.borrow_mut().pop_front();
+            match next {
+                Some(tx) => {
+                    if tx.send(()).is_ok() {
+                        return;
+                    }
+                }
+                None => {
                     self.lock.held.set(false);
+                    return;
                 }
             }
-            None => self.lock.held.set(false),
         }
     }
 }

@@ -178,7 +178,9 @@ async fn write(
             after_answer(event, async move {
                 clients::broadcast(&report).await;
                 register_sync(&tag).await;
-                if behind {
+                // Not while backing off: each ask would take the queue's lock for
+                // nothing, once per write of an offline burst.
+                if behind && me.may_flush_soon(Trigger::Queued) {
                     flush::request(&me, Trigger::Queued).await;
                 }
             })

@@ -15,7 +15,6 @@ use crate::core::route::record_is_auth_route;
 use crate::store::QueueItem;
 use futures_channel::oneshot;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 #[derive(Default)]
@@ -24,7 +23,8 @@ pub struct Lanes {
     /// One reader of the queue at a time when the count is first needed.
     reading: FifoLock,
     deciding: RefCell<Deciding>,
-    waiters: RefCell<HashMap<Ticket, Vec<oneshot::Sender<()>>>>,
+    /// Who waits for which earlier write to settle.
+    waiters: RefCell<Vec<(Ticket, oneshot::Sender<()>)>>,
 }
 
 /// A write's place among the writes still deciding; leaving it (drop) lets the writes
@@ -46,7 +46,7 @@ impl Turn {
                 .into_iter()
                 .map(|t| {
                     let (tx, rx) = oneshot::channel();
-                    waiters.entry(t).or_default().push(tx);
+                    waiters.push((t, tx));
                     rx
                 })
                 .collect()
@@ -62,8 +62,15 @@ impl Drop for Turn {
     fn drop(&mut self) {
         let lanes = &self.inner.lanes;
         lanes.deciding.borrow_mut().leave(self.ticket);
-        let woken = lanes.waiters.borrow_mut().remove(&self.ticket);
-        for tx in woken.into_iter().flatten() {
+        let woken: Vec<_> = {
+            let mut waiters = lanes.waiters.borrow_mut();
+            let (mine, rest) = std::mem::take(&mut *waiters)
+                .into_iter()
+                .partition(|(t, _)| *t == self.ticket);
+            *waiters = rest;
+            mine
+        };
+        for (_, tx) in woken {
             let _ = tx.send(());
         }
     }

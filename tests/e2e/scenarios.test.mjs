@@ -7,7 +7,7 @@ import { statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { repoRoot, startHarness } from './harness.mjs';
 import {
-  captureReports, clearReports, eventually, flush, lastSeq, listQueue, queuedWrite, signIn,
+  captureReports, clearReports, eventually, flush, lastSeq, listQueue, queuedWrite, reports, signIn,
   waitForFlushReports, withDiagnostics, writesIn,
 } from './outbox-helpers.mjs';
 
@@ -135,8 +135,13 @@ test('a version-1 database is upgraded in the browser: every record kept as unkn
 
     await clearReports(page);
     await signIn(page, 'alice');
-    const { blocked } = await waitForFlushReports(page);
-    assert.deepEqual(blocked?.blocked.map((b) => [b.id, b.reason]), ids.map((id) => [id, 'unknown-owner']),
+    // The worker's start flush (signed out: no-session) may report after the clear; the
+    // sign-in flush's report is the one that is not no-session.
+    const blocked = await eventually(async () => (await reports(page))
+      .filter((m) => m.type === 'MUTATIONS_BLOCKED')
+      .find((m) => m.blocked.length && m.blocked.every((b) => b.reason !== 'no-session')),
+    { what: 'the sign-in flush\'s report' });
+    assert.deepEqual(blocked.blocked.map((b) => [b.id, b.reason]), ids.map((id) => [id, 'unknown-owner']),
       'alice\'s sign-in flush lists them unknown-owner and sends nothing');
     assert.deepEqual(await h.applied(), []);
 
@@ -193,9 +198,12 @@ test('a corrupt record is reported corrupt-record and blocks nothing else in its
     const { blocked, summary } = await waitForFlushReports(page);
     assert.deepEqual(blocked?.blocked.map((x) => [x.id, x.reason]), [[corruptId, 'corrupt-record']],
       'only the corrupt record is blocked');
-    assert.equal(r.affected, 2);
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 2, remaining: 1 });
-    const applied = await h.applied();
+    // b was queued behind a (lane order) and asked for a flush of its own, which may have
+    // replayed both before this one did: between them, both were replayed.
+    assert.equal(summary?.type, 'MUTATIONS_PARTIAL', JSON.stringify(summary));
+    assert.equal(summary.remaining, 1, JSON.stringify(summary));
+    const applied = await eventually(async () => { const x = await h.applied(); return x.length >= 2 ? x : null; },
+      { what: 'both p1 records to be applied' });
     assert.deepEqual(applied.map((x) => x.key), [a.key, b.key], 'both p1 records applied once, in order');
     const queue = await listQueue(page);
     assert.deepEqual(queue.map((x) => x.id), [corruptId], 'the corrupt record is kept');
@@ -338,7 +346,9 @@ test('two tabs flushing at once, and an old and a new worker during an update, s
     const part1 = await watchConcurrentKeys(async () => {
       const [r1, r2] = await Promise.all([flush(page), flush(page2)]);
       assert.equal(r1.ok && r2.ok, true, `${JSON.stringify(r1)} ${JSON.stringify(r2)}`);
-      assert.equal(r1.affected + r2.affected, first.length, 'between them the two flushes replayed each record once');
+      // Writes queued behind others asked for flushes of their own (lane order), which
+      // may have replayed some first: each record is counted by at most one flush.
+      assert.ok(r1.affected + r2.affected <= first.length, `${r1.affected} + ${r2.affected} replayed of ${first.length}`);
     });
     assert.deepEqual(await listQueue(page), []);
     let applied = await h.applied();
