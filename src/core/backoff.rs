@@ -13,16 +13,11 @@ pub enum Trigger {
     Start,
     /// A flush that follows a successful recovery command.
     Recovery,
-    /// A write was queued behind an unresolved earlier write of its lane.
-    Queued,
 }
 
 impl Trigger {
     pub fn is_automatic(self) -> bool {
-        matches!(
-            self,
-            Trigger::Sync | Trigger::Online | Trigger::Start | Trigger::Queued
-        )
+        matches!(self, Trigger::Sync | Trigger::Online | Trigger::Start)
     }
 }
 

@@ -2,7 +2,8 @@
 //! while earlier writes of its lane are still unresolved would otherwise go straight to
 //! the server and be applied before them (an edit made online overtaking the stale edit
 //! queued offline). Choice, written down in docs/PROTOCOL.md section 2: such a write is
-//! queued behind them, without a first attempt, and a flush is asked for.
+//! queued behind them, without a first attempt, and replayed after them by the usual
+//! triggers.
 //!
 //! A lane is the rule of 4.3 seen from one write: records of the same owner in the same
 //! workspace, with account-level records (no workspace) a barrier both ways. Records of

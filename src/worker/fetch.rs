@@ -1,7 +1,7 @@
 //! Fetch interception (contract sections 1 and 2).
 
 use super::http::{fetch_request, fetch_with_timeout, header, json_response};
-use super::{clients, describe, flush, now_ms, scope, Inner, Trigger};
+use super::{clients, describe, now_ms, scope, Inner};
 use crate::core::first_attempt::{
     capture_owner, check_queueable, choose_key, NotQueued, SyntheticAnswer,
 };
@@ -125,7 +125,7 @@ async fn write(
         t.wait().await;
     }
     // An unresolved earlier write of its lane is ahead: queue behind it, unsent
-    // (`core::lanes`); a flush follows.
+    // (`core::lanes`); the usual triggers replay them in order.
     let behind = match &lane {
         Some(l) => inner.held_back(l).await,
         None => false,
@@ -174,15 +174,9 @@ async fn write(
                 *slot = id;
             }
             let tag = cfg.sync_tag.clone();
-            let me = inner.clone();
             after_answer(event, async move {
                 clients::broadcast(&report).await;
                 register_sync(&tag).await;
-                // Not while backing off: each ask would take the queue's lock for
-                // nothing, once per write of an offline burst.
-                if behind && me.may_flush_soon(Trigger::Queued) {
-                    flush::request(&me, Trigger::Queued).await;
-                }
             })
             .await;
             json_response(&SyntheticAnswer::queued(id, &key))

@@ -96,7 +96,6 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let started = now_ms();
     let deadline = started + cfg.flush_budget_ms as u64;
     let backoff = store.backoff().await.unwrap_or_default();
-    inner.last_backoff.set(Some(backoff));
     if !backoff.may_flush(trigger, started) {
         return not_run(
             "waiting: the server asked to retry later, or the last attempts failed",
@@ -227,8 +226,8 @@ fn worse(so_far: FlushEnd, v: &Verdict) -> FlushEnd {
 /// Persists the backoff state when a flush changed it (a strict write per flush
 /// otherwise, for nothing).
 async fn save_backoff(inner: &Inner, old: Backoff, new: Backoff) {
-    if new != old && inner.store.set_backoff(&new).await.is_ok() {
-        inner.last_backoff.set(Some(new));
+    if new != old {
+        let _ = inner.store.set_backoff(&new).await;
     }
 }
 

@@ -79,9 +79,6 @@ pub(crate) struct Inner {
     flush: RefCell<FlushState>,
     /// First attempts in lane order (`lanes`).
     lanes: lanes::Lanes,
-    /// The backoff state as this worker last read or wrote it (the stored one decides;
-    /// this only spares asking for a flush that would not run).
-    last_backoff: Cell<Option<crate::core::backoff::Backoff>>,
 }
 
 /// The outbox running in this worker.
@@ -118,7 +115,6 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         batcher: Rc::new(Batcher::default()),
         flush: RefCell::new(FlushState::default()),
         lanes: lanes::Lanes::default(),
-        last_backoff: Cell::new(None),
     });
     let counting = inner.clone();
     wasm_bindgen_futures::spawn_local(async move { counting.count_lanes().await });
@@ -247,13 +243,6 @@ impl<'a> ConfigView<'a> {
 impl Inner {
     pub(crate) fn session_user(&self) -> Option<String> {
         self.session.borrow().clone()
-    }
-
-    /// Whether an automatic flush could run now, as far as this worker knows.
-    pub(crate) fn may_flush_soon(&self, trigger: Trigger) -> bool {
-        self.last_backoff
-            .get()
-            .is_none_or(|b| b.may_flush(trigger, now_ms()))
     }
 
     /// Waits until every session write that arrived before now is persisted.

@@ -85,8 +85,8 @@ test('without Background Sync, a signed-in page load drains the queue (no flush 
   await assertNoBackgroundSync();
   await signIn(h, 'alice');
   await h.setNetwork(false);
-  // Two independent lanes: a write queued behind another of its lane asks for a flush
-  // itself (lane order), which is not what this test is about.
+  // Two independent lanes, each replayed by the page-load flush whatever order the
+  // lanes run in.
   const a = await queuedWrite(h, P1, { title: 'queued before the reload' });
   const b = await queuedWrite(h, P2, { title: 'another project, queued before the reload' });
   await h.setNetwork(true);

@@ -198,8 +198,8 @@ test('a corrupt record is reported corrupt-record and blocks nothing else in its
     const { blocked, summary } = await waitForFlushReports(page);
     assert.deepEqual(blocked?.blocked.map((x) => [x.id, x.reason]), [[corruptId, 'corrupt-record']],
       'only the corrupt record is blocked');
-    // b was queued behind a (lane order) and asked for a flush of its own, which may have
-    // replayed both before this one did: between them, both were replayed.
+    // b was queued behind a (lane order); its sync registration may start a flush that
+    // replays both before this one does: between them, both were replayed.
     assert.equal(summary?.type, 'MUTATIONS_PARTIAL', JSON.stringify(summary));
     assert.equal(summary.remaining, 1, JSON.stringify(summary));
     const applied = await eventually(async () => { const x = await h.applied(); return x.length >= 2 ? x : null; },
@@ -346,8 +346,8 @@ test('two tabs flushing at once, and an old and a new worker during an update, s
     const part1 = await watchConcurrentKeys(async () => {
       const [r1, r2] = await Promise.all([flush(page), flush(page2)]);
       assert.equal(r1.ok && r2.ok, true, `${JSON.stringify(r1)} ${JSON.stringify(r2)}`);
-      // Writes queued behind others asked for flushes of their own (lane order), which
-      // may have replayed some first: each record is counted by at most one flush.
+      // A sync event started by the queued writes may have replayed some first: each
+      // record is counted by at most one flush.
       assert.ok(r1.affected + r2.affected <= first.length, `${r1.affected} + ${r2.affected} replayed of ${first.length}`);
     });
     assert.deepEqual(await listQueue(page), []);
