@@ -173,10 +173,11 @@ async fn write(
             if let Outgoing::Queued { id: slot, .. } = &mut report {
                 *slot = id;
             }
-            let tag = cfg.sync_tag.clone();
+            // The sync is registered before the 202 (as the contract lists it); the
+            // report follows the answer.
+            register_sync(&cfg.sync_tag).await;
             after_answer(event, async move {
                 clients::broadcast(&report).await;
-                register_sync(&tag).await;
             })
             .await;
             json_response(&SyntheticAnswer::queued(id, &key))
