@@ -174,7 +174,7 @@ async fn rebind(inner: &Inner, owner: &str, ids: Option<&[RecordId]>) -> Result<
                 Some(adopted) => {
                     adopted_lanes
                         .borrow_mut()
-                        .extend(Lane::of(Some(owner), adopted.workspace.as_deref()));
+                        .extend(inner.record_lane(&adopted));
                     Rewrite::Fields(adopted.mutable_fields())
                 }
                 None => Rewrite::Keep,
@@ -216,9 +216,7 @@ async fn recover_one(
                 IdempotencyKey::mint_opt,
             ) {
                 Ok(Recovery::Delete) => {
-                    *discarded.borrow_mut() = meta
-                        .filter(|m| !record_is_auth_route(&m.path, &inner.config, &*inner.patterns))
-                        .and_then(|m| Lane::of(m.owner.as_deref(), m.workspace.as_deref()));
+                    *discarded.borrow_mut() = meta.and_then(|m| inner.record_lane(m));
                     Rewrite::Delete
                 }
                 Ok(Recovery::Requeue(m)) => Rewrite::Fields(m.mutable_fields()),

@@ -194,8 +194,8 @@ async fn write(
 }
 
 /// Runs `work` after the answer when the fetch event can keep the worker alive for it
-/// (the 202 needs only the commit; a report and a sync registration are two more browser
-/// round trips), else before it.
+/// (the page does not need the `MUTATION_QUEUED` report to know its write is safe, and
+/// sending it is one more browser round trip), else before it.
 async fn after_answer(
     event: Option<&ExtendableEvent>,
     work: impl std::future::Future<Output = ()> + 'static,

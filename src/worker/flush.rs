@@ -7,7 +7,6 @@ use crate::core::answer::{classify, expire, settle, ReplayAnswer, Settlement, Ve
 use crate::core::backoff::{Backoff, FlushEnd};
 use crate::core::identity::Identity;
 use crate::core::key::IdempotencyKey;
-use crate::core::lanes::Lane;
 use crate::core::planner::{PlanItem, Replay};
 use crate::core::record::{RecordId, RecordMeta, RecordState};
 use crate::core::route::{record_is_auth_route, replay_path};
@@ -324,10 +323,8 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> Sent {
     let (moved, persisted) = match settle(&meta, &verdict, cfg) {
         Settlement::Delete => {
             let deleted = inner.store.delete(id).await.is_ok();
-            if deleted && !record_is_auth_route(&meta.path, cfg, &*inner.patterns) {
-                if let Some(lane) = Lane::of(meta.owner.as_deref(), meta.workspace.as_deref()) {
-                    inner.lane_resolved(&lane);
-                }
+            if let Some(lane) = inner.record_lane(&meta).filter(|_| deleted) {
+                inner.lane_resolved(&lane);
             }
             (false, deleted)
         }

@@ -11,6 +11,7 @@
 use super::chain::FifoLock;
 use super::Inner;
 use crate::core::lanes::{Deciding, Lane, StoredLanes, Ticket};
+use crate::core::record::RecordMeta;
 use crate::core::route::record_is_auth_route;
 use crate::store::QueueItem;
 use futures_channel::oneshot;
@@ -107,17 +108,22 @@ impl Inner {
                 let Ok(items) = self.store.read_queue().await else {
                     return;
                 };
-                let counted = StoredLanes::from_lanes(items.into_iter().map(|i| match i {
-                    QueueItem::Record(m)
-                        if !record_is_auth_route(&m.path, &self.config, &*self.patterns) =>
-                    {
-                        Lane::of(m.owner.as_deref(), m.workspace.as_deref())
-                    }
-                    _ => None,
+                let counted = StoredLanes::from_lanes(items.iter().map(|i| match i {
+                    QueueItem::Record(m) => self.record_lane(m),
+                    QueueItem::Corrupt(..) => None,
                 }));
                 *self.lanes.stored.borrow_mut() = Some(counted);
             }
         }
+    }
+
+    /// The lane a stored record holds back: none for auth routes (never sent) and
+    /// unknown owners.
+    pub(crate) fn record_lane(&self, m: &RecordMeta) -> Option<Lane> {
+        if record_is_auth_route(&m.path, &self.config, &*self.patterns) {
+            return None;
+        }
+        Lane::of(m.owner.as_deref(), m.workspace.as_deref())
     }
 
     /// A record of `lane` was handed to the store (counted before its commit, so a write

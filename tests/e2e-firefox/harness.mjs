@@ -9,7 +9,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startServer as startReferenceServer, stopServer as stopReferenceServer } from '../e2e/harness.mjs';
+import { controlClient, startServer as startReferenceServer, stopServer as stopReferenceServer } from '../e2e/harness.mjs';
 import { FIREFOX_PREFS, Session, atProcessEnd, startGeckodriver } from './webdriver.mjs';
 
 export const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
@@ -98,15 +98,7 @@ export async function startHarness({ www = resolve(repoRoot, process.env.SW_OUTB
   }
   const serverOutput = server.output;
 
-  /** GET (no body) or POST (JSON body) one /__control/ route; returns the parsed JSON. */
-  async function control(path, body) {
-    const res = await fetch(`${baseUrl}/__control/${path.replace(/^\/+/, '')}`, body === undefined
-      ? { cache: 'no-store' }
-      : { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
-    const text = await res.text();
-    if (!res.ok) throw new Error(`control ${path} answered ${res.status}: ${text}`);
-    return text ? JSON.parse(text) : null;
-  }
+  const control = controlClient(baseUrl);
 
   const h = {
     baseUrl, session, control, close,

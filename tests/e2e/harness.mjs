@@ -58,6 +58,19 @@ export function startServer(serverBin, www) {
   return { child, baseUrl, output };
 }
 
+/** GET (no body) or POST (JSON body) one /__control/ route of the server at `baseUrl`;
+ * returns the parsed JSON. (The Firefox harness uses it too.) */
+export function controlClient(baseUrl) {
+  return async function control(path, body) {
+    const res = await fetch(`${baseUrl}/__control/${path.replace(/^\/+/, '')}`, body === undefined
+      ? { cache: 'no-store' }
+      : { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
+    const text = await res.text();
+    if (!res.ok) throw new Error(`control ${path} answered ${res.status}: ${text}`);
+    return text ? JSON.parse(text) : null;
+  };
+}
+
 export async function stopServer(child) {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((r) => child.once('exit', r));
@@ -102,15 +115,7 @@ export async function startHarness({
   });
   context.on('weberror', (e) => logs.push(`[pageerror] ${e.error()?.stack ?? e.error()}`));
 
-  /** GET (no body) or POST (JSON body) one /__control/ route; returns the parsed JSON. */
-  async function control(path, body) {
-    const res = await fetch(`${baseUrl}/__control/${path.replace(/^\/+/, '')}`, body === undefined
-      ? { cache: 'no-store' }
-      : { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body) });
-    const text = await res.text();
-    if (!res.ok) throw new Error(`control ${path} answered ${res.status}: ${text}`);
-    return text ? JSON.parse(text) : null;
-  }
+  const control = controlClient(baseUrl);
 
   /** Opens the demo in the first tab and waits until the outbox worker controls it. */
   async function openDemo({ page, waitForWorker = requireWorker, timeout = 20000, path = '/' } = {}) {
