@@ -101,8 +101,13 @@ const NUDGE = 'SW_OUTBOX_SKIP_WAITING';
  * restarts it, and the restarted instance has forgotten that request: the update then
  * waits for its idle timeout (30 s), or for the five-minute limit while DevTools is
  * attached. A restarted active worker that sees a waiting one asks it to call
- * skipWaiting() again, which renews the request. */
+ * skipWaiting() again, which renews the request. It asks from its first event, not while
+ * its script runs: Chromium renews the request only for a running worker, and it acts on
+ * a waiting worker's first pending skipWaiting() only, so an early ask would spend it. */
+let nudged = false;
 function nudgeWaiting() {
+  if (nudged) return;
+  nudged = true;
   const reg = self.registration;
   const waiting = reg && reg.waiting;
   if (waiting && waiting !== self.serviceWorker && isActive()) {
@@ -144,6 +149,7 @@ self.addEventListener('activate', (event) => {
 });
 
 self.addEventListener('fetch', (event) => {
+  nudgeWaiting();
   const request = event.request;
   if (loaded) {
     if (loaded.intercepts(request)) event.respondWith(loaded.handle_fetch(request, event));
@@ -164,16 +170,19 @@ self.addEventListener('message', (event) => {
     event.waitUntil(self.skipWaiting());
     return;
   }
+  nudgeWaiting();
   const work = outbox();
   event.waitUntil(work.then((o) => o.handle_message(event)));
   keepAlive(event, work);
 });
 
 self.addEventListener('sync', (event) => {
+  nudgeWaiting();
   event.waitUntil(outbox().then((o) => o.handle_sync(event.tag)));
 });
 
 self.addEventListener('notificationclick', (event) => {
+  nudgeWaiting();
   event.notification.close();
   event.waitUntil(outbox().then((o) => o.handle_notification_click()));
 });
@@ -183,4 +192,3 @@ self.addEventListener('online', () => {
 });
 
 outbox();
-nudgeWaiting();

@@ -1,0 +1,92 @@
+// A minimal Chrome DevTools Protocol client over --remote-debugging-pipe, for the tests
+// that must run Chromium the way a user does. Playwright attaches DevTools to every
+// service worker, and Chromium never idle-terminates a worker DevTools is attached to;
+// this client attaches to the pages it drives and to nothing else.
+import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CHROMIUM_ARGS } from './harness.mjs';
+
+/**
+ * Launches headless Chromium with a fresh profile and a CDP pipe.
+ * Returns `{ send(method, params, sessionId), events, openTab(url), close() }`.
+ */
+export async function launchChromium() {
+  const profile = await mkdtemp(join(tmpdir(), 'sw-outbox-cdp-'));
+  const child = spawn(process.env.CHROMIUM_BIN || '/usr/bin/chromium', [
+    ...CHROMIUM_ARGS, '--headless', '--remote-debugging-pipe', `--user-data-dir=${profile}`, 'about:blank',
+  ], { stdio: ['ignore', 'ignore', 'pipe', 'pipe', 'pipe'] });
+  const stderr = [];
+  child.stderr.on('data', (d) => { stderr.push(String(d)); if (stderr.length > 50) stderr.shift(); });
+  const toBrowser = child.stdio[3];
+  const fromBrowser = child.stdio[4];
+  const events = new EventEmitter();
+  const pending = new Map();
+  let nextId = 1;
+  let buffered = '';
+  fromBrowser.on('data', (chunk) => {
+    buffered += chunk;
+    let end;
+    while ((end = buffered.indexOf('\0')) >= 0) {
+      const msg = JSON.parse(buffered.slice(0, end));
+      buffered = buffered.slice(end + 1);
+      if (msg.id !== undefined) {
+        const p = pending.get(msg.id);
+        pending.delete(msg.id);
+        if (!p) continue;
+        if (msg.error) p.reject(new Error(`${p.method}: ${msg.error.message}`));
+        else p.resolve(msg.result);
+      } else {
+        events.emit(msg.method, msg.params, msg.sessionId);
+      }
+    }
+  });
+  const exited = new Promise((res) => child.once('exit', res));
+  exited.then(() => {
+    for (const p of pending.values()) p.reject(new Error(`chromium exited: ${stderr.join('').slice(-2000)}`));
+    pending.clear();
+  });
+
+  function send(method, params = {}, sessionId = undefined) {
+    const id = nextId;
+    nextId += 1;
+    return new Promise((resolve, reject) => {
+      pending.set(id, { resolve, reject, method });
+      toBrowser.write(`${JSON.stringify({ id, method, params, ...(sessionId ? { sessionId } : {}) })}\0`);
+    });
+  }
+
+  /** Opens a tab at `url` and attaches to it (flattened session); no auto-attach. */
+  async function openTab(url) {
+    const { targetId } = await send('Target.createTarget', { url });
+    const { sessionId } = await send('Target.attachToTarget', { targetId, flatten: true });
+    return {
+      targetId,
+      sessionId,
+      send: (method, params) => send(method, params, sessionId),
+      /** Runs `fn(arg)` in the page and returns its (awaited, JSON-able) result. */
+      async evaluate(fn, arg) {
+        const r = await send('Runtime.evaluate', {
+          expression: `(${fn})(${JSON.stringify(arg ?? null)})`, awaitPromise: true, returnByValue: true,
+        }, sessionId);
+        if (r.exceptionDetails) {
+          throw new Error(`page threw: ${r.exceptionDetails.exception?.description ?? r.exceptionDetails.text}`);
+        }
+        return r.result.value;
+      },
+      navigate: (to) => send('Page.navigate', { url: to }, sessionId),
+    };
+  }
+
+  async function close() {
+    await send('Browser.close').catch(() => {});
+    const timer = setTimeout(() => child.kill('SIGKILL'), 5000);
+    await exited;
+    clearTimeout(timer);
+    await rm(profile, { recursive: true, force: true });
+  }
+
+  return { send, events, openTab, close, stderr };
+}
