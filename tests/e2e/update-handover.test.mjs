@@ -189,9 +189,16 @@ async function handOver(t, { config, workspaces }) {
 }
 
 test('an old worker restarted once during an update hands over at once, not after the 30 s idle timeout',
-  { timeout: 240000 }, async (t) => {
+  { timeout: 400000 }, async (t) => {
     await openTabs();
-    const { seconds, starts } = await handOver(t, { config: { replayConcurrency: 2 }, workspaces: ['p1', 'p2'] });
+    // The event must reach the old worker while it stops; if it came too late (the new
+    // version already took over), the hand-over is tried again with another version.
+    let result;
+    for (let attempt = 0; attempt < 3; attempt += 1) {
+      result = await handOver(t, { config: { replayConcurrency: 2 + attempt }, workspaces: [`u${attempt}a`, `u${attempt}b`] });
+      if (result.starts > 0) break;
+    }
+    const { seconds, starts } = result;
     assert.equal(starts, 1, `the old worker was restarted during the hand-over: ${log.join('; ')}`);
     // Without the nudge this is Chromium's 30 s idle timeout (measured: 30.1 s). A second
     // restart in one hand-over still costs that: Chromium acts on the first pending
