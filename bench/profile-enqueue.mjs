@@ -26,29 +26,14 @@ const base = await server.baseUrl;
 const control = controlClient(base);
 const browser = await launchChromium();
 
-async function until(tab, fn) {
-  const end = Date.now() + 30000;
-  for (;;) {
-    if (await tab.evaluate(fn).catch(() => false)) return;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${fn}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 try {
   // Sign in through the demo (the worker binds the account), then leave for a page of
   // the scope that runs nothing, so only the writes below reach the worker.
   const tab = await browser.openTab(`${base}/`);
-  await until(tab, () => Boolean(window.demo?.client && navigator.serviceWorker.controller));
-  await tab.evaluate(async () => {
-    await window.demo.ready;
-    document.querySelector('[data-testid=login-user]').value = 'alice';
-    document.querySelector('[data-testid=login-password]').value = 'alice';
-    document.querySelector('[data-testid=login-form]').requestSubmit();
-  });
-  await until(tab, () => window.demo.sessionSynced === true);
+  await tab.until(() => Boolean(window.demo?.client && navigator.serviceWorker.controller));
+  await tab.signIn('alice');
   await tab.navigate(`${base}/icon.svg`);
-  await until(tab, () => location.pathname === '/icon.svg' && document.readyState === 'complete'
+  await tab.until(() => location.pathname === '/icon.svg' && document.readyState === 'complete'
     && Boolean(navigator.serviceWorker.controller));
   await control('network', { down: true });
 

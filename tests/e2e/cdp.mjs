@@ -1,7 +1,8 @@
 // A minimal Chrome DevTools Protocol client over --remote-debugging-pipe, for the tests
-// that must run Chromium the way a user does. Playwright attaches DevTools to every
-// service worker, and Chromium never idle-terminates a worker DevTools is attached to;
-// this client attaches to the pages it drives and to nothing else.
+// and tools that must choose which service worker has DevTools attached. Playwright
+// attaches DevTools to every worker, and Chromium never idle-terminates a worker DevTools
+// is attached to; this client attaches to the tabs it opens and to whatever else its
+// caller attaches to (Target.attachToTarget), nothing more.
 import { spawn } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -77,6 +78,26 @@ export async function launchChromium() {
         return r.result.value;
       },
       navigate: (to) => send('Page.navigate', { url: to }, sessionId),
+      /** Polls `fn(arg)` in the page until it returns a truthy value; returns it. */
+      async until(fn, { arg, timeout = 20000, what = String(fn) } = {}) {
+        const end = Date.now() + timeout;
+        for (;;) {
+          const v = await this.evaluate(fn, arg).catch(() => undefined); // a navigating page throws
+          if (v) return v;
+          if (Date.now() > end) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      },
+      /** Signs in to the demo through its form and waits until the worker is bound. */
+      async signIn(user) {
+        await this.evaluate(async (u) => {
+          await window.demo.ready;
+          document.querySelector('[data-testid=login-user]').value = u;
+          document.querySelector('[data-testid=login-password]').value = u;
+          document.querySelector('[data-testid=login-form]').requestSubmit();
+        }, user);
+        await this.until(() => window.demo.sessionSynced === true, { what: `signed in as ${user}` });
+      },
     };
   }
 

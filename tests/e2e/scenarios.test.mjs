@@ -408,7 +408,7 @@ test('two tabs flushing at once, and an old and a new worker during an update, s
       // is attached here; the 30 s idle timeout without it). The worker's nudge
       // (docs/PROTOCOL.md section 8) renews the stop request once per update, so a second
       // restart can still wait for the limit. Reported here; update-handover.test.mjs
-      // asserts the take-over in Chromium without DevTools on the workers.
+      // asserts the hand-over after one forced restart.
       const takeover = Date.now() - registeredAt;
       t.diagnostic(`take-over after ${(takeover / 1000).toFixed(1)} s${takeover > 60000 ? ' (held by the lame-duck limit)' : ''}`);
       // Both tabs flush through the new worker while the old one may still be flushing.

@@ -1,11 +1,15 @@
-// An update of the worker, in Chromium driven as a user's browser is: no DevTools attached
-// to the service workers (cdp.mjs attaches to the tabs only). Playwright attaches DevTools
-// to every worker, and Chromium then keeps a restarted old worker alive until its
-// five-minute lame-duck limit, which is why scenarios.test.mjs only reports its take-over
-// time. Here the old worker is stopped mid-flush during the hand-over while an event
-// reaches it, which starts it again. Chromium then forgets that it
-// asked the old worker to stop when idle; the worker's nudge (docs/PROTOCOL.md section 8)
-// renews the request, so the restart costs nothing instead of the 30 s idle timeout.
+// An update of the worker whose old version is restarted during the hand-over. Chromium
+// asks the old worker to stop as soon as it is idle so the new one can activate; an event
+// that reaches it while it stops starts it again, and the restarted worker has lost that
+// request. The worker's nudge (docs/PROTOCOL.md section 8) renews it.
+//
+// The test attaches DevTools to the old worker, and to nothing else (cdp.mjs, not
+// playwright, which attaches to every worker): Chromium never idle-terminates a worker
+// DevTools is attached to, only one asked to stop as soon as it is idle. So the old
+// worker can only go, and the new version only take over, if the request was renewed:
+// without the nudge the hand-over waits for Chromium's five-minute limit and the wait
+// below times out. No duration is asserted. (Without DevTools, the same restart costs the
+// 30 s idle timeout without the nudge, 0.1 s with it: measured, docs/PROTOCOL.md.)
 // Nothing is sent twice either way.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -30,17 +34,6 @@ after(async () => {
   if (server) await stopServer(server.child);
 });
 
-/** Polls `fn` in `tab` until it returns a truthy value; returns it. */
-async function until(tab, fn, { arg, timeout = 20000, what = String(fn) } = {}) {
-  const end = Date.now() + timeout;
-  for (;;) {
-    const v = await tab.evaluate(fn, arg).catch(() => undefined); // a navigating page throws
-    if (v) return v;
-    if (Date.now() > end) throw new Error(`timed out after ${timeout} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 const P = (pid) => `/api/projects/${pid}/tasks`;
 const scriptFor = (config) => `/sw.js?config=${encodeURIComponent(JSON.stringify(config))}`;
 /** The page is controlled by the worker at `script` (a suffix of its URL). */
@@ -49,31 +42,25 @@ const controlledBy = (script) => navigator.serviceWorker.controller?.scriptURL.e
 let a; // tab A: the one the test's CDP session follows workers from
 let b; // tab B
 let current; // the script URL now controlling both tabs
-const versions = new Map(); // versionId -> {url, status, running}
+const versions = new Map(); // versionId -> {url, status, running, registration}
 const log = [];
 let t0 = Date.now();
 const at = () => `${((Date.now() - t0) / 1000).toFixed(1)}s`;
 
-/** Opens two signed-in demo tabs under the worker for `{}`, with nothing attached to it. */
+/** Opens two signed-in demo tabs under the worker for `{}`, with no DevTools on it. */
 async function openTabs() {
   current = scriptFor({});
   const demoUrl = `${base}/?swconfig=${encodeURIComponent('{}')}`;
   a = await browser.openTab(demoUrl);
-  await until(a, () => Boolean(window.demo?.client && navigator.serviceWorker.controller), { what: 'tab A controlled' });
-  await a.evaluate(async () => {
-    await window.demo.ready;
-    document.querySelector('[data-testid=login-user]').value = 'alice';
-    document.querySelector('[data-testid=login-password]').value = 'alice';
-    document.querySelector('[data-testid=login-form]').requestSubmit();
-  });
-  await until(a, () => window.demo.sessionSynced === true, { what: 'tab A signed in' });
+  await a.until(() => Boolean(window.demo?.client && navigator.serviceWorker.controller), { what: 'tab A controlled' });
+  await a.signIn('alice');
   b = await browser.openTab(demoUrl);
-  await until(b, () => Boolean(window.demo?.client && navigator.serviceWorker.controller
+  await b.until(() => Boolean(window.demo?.client && navigator.serviceWorker.controller
     && window.demo.state.user?.id === 'alice' && window.demo.sessionSynced), { what: 'tab B signed in' });
 
   const sws = (await browser.send('Target.getTargets')).targetInfos.filter((x) => x.type === 'service_worker');
   assert.ok(sws.length >= 1, 'the worker is a target');
-  assert.deepEqual(sws.filter((x) => x.attached), [], 'the premise: no DevTools session on a service worker');
+  assert.deepEqual(sws.filter((x) => x.attached), [], 'no DevTools session on a worker until the test attaches one');
 
   browser.events.on('ServiceWorker.workerVersionUpdated', (p, sessionId) => {
     if (sessionId !== a.sessionId) return;
@@ -91,10 +78,10 @@ const idOf = (url) => [...versions].filter(([, v]) => v.url.endsWith(url)).map((
 
 /**
  * Queues four writes from the two tabs in `workspaces`, starts a slow flush in the old
- * worker, installs the worker for `config`, and once it waits, stops the old worker and
- * starts it again. Returns the seconds from the restart until both tabs are controlled by
- * the new worker and how often the old one started, after checking every write was
- * applied at most once and what remains is accounted for.
+ * worker, installs the worker for `config`, and once it waits, attaches DevTools to the
+ * old worker, stops it and starts it again with an event. Waits until both tabs are
+ * controlled by the new worker; returns how often the old one started, after checking
+ * every write was applied at most once and what remains is accounted for.
  */
 async function handOver(t, { config, workspaces }) {
   t0 = Date.now();
@@ -126,7 +113,7 @@ async function handOver(t, { config, workspaces }) {
   }
 
   await b.evaluate((url) => navigator.serviceWorker.register(url, { scope: '/' }).then(() => true), newUrl);
-  await until(a, async (url) => {
+  await a.until(async (url) => {
     const reg = await navigator.serviceWorker.getRegistration('/');
     return Boolean(reg?.waiting?.scriptURL.endsWith(url) || reg?.active?.scriptURL.endsWith(url));
   }, { arg: newUrl, timeout: 30000, what: 'the new version installed' });
@@ -135,6 +122,12 @@ async function handOver(t, { config, workspaces }) {
   assert.ok(oldId && newId, `both versions seen: ${log.join('; ')}`);
   assert.equal(versions.get(newId).status, 'installed', `the new version waits for the busy old one: ${log.join('; ')}`);
   log.push(`${at()} new version waiting`);
+
+  // DevTools on the old worker: from here only a renewed stop request can end it.
+  const oldTarget = (await browser.send('Target.getTargets')).targetInfos
+    .find((x) => x.type === 'service_worker' && x.url.endsWith(oldUrl));
+  assert.ok(oldTarget, `the old worker is a target: ${log.join('; ')}`);
+  await browser.send('Target.attachToTarget', { targetId: oldTarget.targetId, flatten: true });
 
   // Both commands in one go: a sync event (of a tag the outbox does not own) reaches the
   // old worker while it stops, and starts it again.
@@ -146,8 +139,9 @@ async function handOver(t, { config, workspaces }) {
   ]);
   log.push(`${at()} stop ${stopped}, sync event ${started}`);
   const restarted = Date.now();
-  await until(a, controlledBy, { arg: newUrl, timeout: 180000, what: 'the new version to control tab A' });
-  await until(b, controlledBy, { arg: newUrl, timeout: 10000, what: 'the new version to control tab B' });
+  // Chromium's limit is five minutes; the nudge ends it at once (0.1 s measured).
+  await a.until(controlledBy, { arg: newUrl, timeout: 120000, what: 'the new version to control tab A (the old worker is kept alive by DevTools unless the nudge renewed its stop request)' });
+  await b.until(controlledBy, { arg: newUrl, timeout: 10000, what: 'the new version to control tab B' });
   const seconds = (Date.now() - restarted) / 1000;
   current = newUrl;
   log.push(`${at()} both tabs controlled by the new version`);
@@ -185,23 +179,17 @@ async function handOver(t, { config, workspaces }) {
       assert.ok(times <= 1, `record ${id} applied at most once`);
     }
   }
-  return { seconds, starts };
+  return { starts };
 }
 
-test('an old worker restarted once during an update hands over at once, not after the 30 s idle timeout',
-  { timeout: 400000 }, async (t) => {
+test('an old worker restarted during an update hands over to the new version (its stop request renewed)',
+  { timeout: 600000 }, async (t) => {
     await openTabs();
     // The event must reach the old worker while it stops; if it came too late (the new
     // version already took over), the hand-over is tried again with another version.
-    let result;
-    for (let attempt = 0; attempt < 3; attempt += 1) {
-      result = await handOver(t, { config: { replayConcurrency: 2 + attempt }, workspaces: [`u${attempt}a`, `u${attempt}b`] });
-      if (result.starts > 0) break;
+    let starts = 0;
+    for (let attempt = 0; attempt < 3 && starts === 0; attempt += 1) {
+      ({ starts } = await handOver(t, { config: { replayConcurrency: 2 + attempt }, workspaces: [`u${attempt}a`, `u${attempt}b`] }));
     }
-    const { seconds, starts } = result;
     assert.equal(starts, 1, `the old worker was restarted during the hand-over: ${log.join('; ')}`);
-    // Without the nudge this is Chromium's 30 s idle timeout (measured: 30.1 s). A second
-    // restart in one hand-over still costs that: Chromium acts on the first pending
-    // skipWaiting() of a waiting worker only.
-    assert.ok(seconds < 10, `the new version took over ${seconds.toFixed(1)} s after the restart: ${log.join('; ')}`);
   });
