@@ -2,8 +2,9 @@
 // event loop is not shared with the driver's.
 //
 // A master port (printed as `bench-server master on http://127.0.0.1:<port>`) creates
-// *sites*: POST /site {"roots":[dir,...]} → {"port"}. Each site is its own origin (its own
-// service worker registration and IndexedDB in the browser) and has its own write log:
+// *sites*: POST /site {"roots":[dir,...], "latencyMs":0, "keepAlive":false} → {"port"}. Each
+// site is its own origin (its own service worker registration and IndexedDB in the browser)
+// and has its own write log:
 //
 //   GET  <static file>          first root that has it; Cache-Control: no-store
 //   GET  /api/auth/me           {"user":{"id":"bench"},"csrfToken":"t"}
@@ -13,12 +14,19 @@
 //                               While the site is "down" the socket is destroyed on arrival:
 //                               a network-level failure, not an HTTP answer.
 //   POST /__bench/down {"down":bool}   POST /__bench/reset   GET /__bench/log
+//   POST /__bench/close         answers, then closes this site's server (frees its log)
 //   GET  /__bench/wait?count=N&timeoutMs=T  answers when N writes are applied (or timeout),
 //                               with `reachedNs`: process.hrtime (CLOCK_MONOTONIC, shared
 //                               with the driver process) of the N-th apply.
 //
-// Every answer carries `Connection: close`, so a dropped connection is a fresh network error
-// in the browser, never a silent retry on a reused socket.
+// latencyMs simulates a round trip for every /api/ request: the answer (or, while the site
+// is down, the dropped connection) comes latencyMs after the request arrived; a write is
+// applied (and its `ns` taken) when its answer is sent. Static files are never delayed.
+//
+// keepAlive false (the default): every answer carries `Connection: close`, so each request
+// opens a new connection (a dropped connection is then always a fresh network error, never
+// a silent retry on a reused socket). keepAlive true: answers keep the connection open, as
+// a production server does.
 import http from 'node:http';
 import { readFile, stat } from 'node:fs/promises';
 import { extname, join, normalize, resolve } from 'node:path';
@@ -33,9 +41,13 @@ const WRITE = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 function send(res, status, body, type = 'application/json') {
   const data = typeof body === 'string' || Buffer.isBuffer(body) ? body : JSON.stringify(body);
-  res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store', Connection: 'close', 'Content-Length': Buffer.byteLength(data) });
+  const headers = { 'Content-Type': type, 'Cache-Control': 'no-store', 'Content-Length': Buffer.byteLength(data) };
+  if (!res.keepAlive) headers.Connection = 'close';
+  res.writeHead(status, headers);
   res.end(data);
 }
+
+const delay = (ms) => (ms > 0 ? new Promise((r) => setTimeout(r, ms)) : null);
 
 function readBody(req) {
   return new Promise((ok, fail) => {
@@ -50,18 +62,25 @@ function newLog() {
   return { applied: [], byKey: new Map(), duplicateAttempts: 0, dropped: 0, attempts: 0, waiters: [] };
 }
 
-function createSite(roots) {
-  const site = { roots: roots.map((r) => resolve(r)), down: false, log: newLog() };
+function createSite(roots, { latencyMs = 0, keepAlive = false } = {}) {
+  const site = { roots: roots.map((r) => resolve(r)), down: false, log: newLog(), latencyMs, keepAlive };
   const server = http.createServer(async (req, res) => {
+    res.keepAlive = site.keepAlive;
     try {
       const url = new URL(req.url, 'http://x');
       const path = url.pathname;
       if (path.startsWith('/__bench/')) return control(site, req, res, url);
       if (path.startsWith('/api/')) {
         if (WRITE.has(req.method)) {
-          if (site.down) { site.log.dropped += 1; req.socket.destroy(); return; }
+          if (site.down) {
+            site.log.dropped += 1;
+            await delay(site.latencyMs);
+            req.socket.destroy();
+            return;
+          }
           return write(site, req, res, url);
         }
+        await delay(site.latencyMs);
         if (path === '/api/auth/me') return send(res, 200, { user: { id: 'bench' }, csrfToken: 't' });
         return send(res, 404, { error: 'not found' });
       }
@@ -71,7 +90,8 @@ function createSite(roots) {
       if (!res.headersSent) send(res, 500, { error: String(err) });
     }
   });
-  server.keepAliveTimeout = 0;
+  server.keepAliveTimeout = keepAlive ? 60000 : 0;
+  site.server = server;
   return { site, server };
 }
 
@@ -93,6 +113,7 @@ async function write(site, req, res, url) {
   const log = site.log;
   log.attempts += 1;
   const body = await readBody(req);
+  await delay(site.latencyMs);
   const key = req.headers['idempotency-key'] || null;
   if (key && log.byKey.has(key)) {
     log.duplicateAttempts += 1;
@@ -121,6 +142,10 @@ async function control(site, req, res, url) {
       for (const w of site.log.waiters) w.done();
       site.log = newLog();
       return send(res, 200, { ok: true });
+    case 'close':
+      send(res, 200, { ok: true });
+      res.on('finish', () => { site.server.close(); site.server.closeAllConnections(); site.log = newLog(); });
+      return undefined;
     case 'now': return send(res, 200, { ns: String(process.hrtime.bigint()) });
     case 'log': {
       const log = site.log;
@@ -161,8 +186,8 @@ async function main() {
   const master = http.createServer(async (req, res) => {
     try {
       if (req.method === 'POST' && req.url === '/site') {
-        const { roots } = JSON.parse((await readBody(req)).toString('utf8'));
-        const s = createSite(roots);
+        const { roots, latencyMs, keepAlive } = JSON.parse((await readBody(req)).toString('utf8'));
+        const s = createSite(roots, { latencyMs: Number(latencyMs) || 0, keepAlive: !!keepAlive });
         const port = await listen(s.server);
         sites.push(s);
         return send(res, 200, { port });

@@ -6,9 +6,9 @@ use js_sys::{Object, Reflect, Uint8Array};
 use serde_json::Value;
 use std::rc::Rc;
 use sw_outbox::core::key::IdempotencyKey;
-use sw_outbox::core::record::{NewRecord, RecordId, RecordState};
+use sw_outbox::core::record::{NewRecord, RecordId, RecordState, WriteParts};
 use sw_outbox::core::route::Patterns;
-use sw_outbox::store::{idb, EnqueueFailure, Pending, QueueItem, Store};
+use sw_outbox::store::{idb, EnqueueFailure, Generation, Pending, QueueItem, Store};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -34,6 +34,9 @@ impl Patterns for Defaults {
             .collect();
         (!seg.is_empty()).then_some(seg)
     }
+    fn never_queue(&self, _: &str) -> bool {
+        false
+    }
 }
 
 fn unique(name: &str) -> String {
@@ -49,18 +52,51 @@ fn pending(path: &str, owner: Option<&str>, body: &[u8]) -> Pending {
         record: NewRecord::new(
             "POST",
             path.into(),
-            Some("application/json".into()),
+            WriteParts {
+                content_type: Some("application/json".into()),
+                ..WriteParts::default()
+            },
+            body.len(),
             js_sys::Date::now() as u64,
+            None,
             owner.map(Into::into),
             Defaults.workspace(path),
             key(),
         ),
         body: (!body.is_empty()).then(|| Uint8Array::from(body)),
+        clears: 0,
     }
 }
 
 async fn open(name: &str) -> Store {
     Store::open(name, Rc::new(Defaults)).await.expect("opens")
+}
+
+/// Stores a batch as a worker with an up-to-date view would: expecting the database's
+/// current generation.
+async fn enqueue(
+    store: &Store,
+    batch: Vec<Pending>,
+    max: u32,
+) -> Vec<Result<RecordId, EnqueueFailure>> {
+    let n = store.generation().await.expect("generation").n;
+    let refs: Vec<&Pending> = batch.iter().collect();
+    store.enqueue(&refs, max, &move || Some(n)).await.1
+}
+
+async fn queue(store: &Store) -> Vec<QueueItem> {
+    let (items, foreign) = store.read_queue().await.expect("reads");
+    assert_eq!(foreign, 0, "no value under a foreign key");
+    items
+}
+
+async fn body_of(store: &Store, id: RecordId) -> Vec<u8> {
+    store
+        .body(id)
+        .await
+        .expect("reads")
+        .map(|b| Uint8Array::new(&b).to_vec())
+        .unwrap_or_default()
 }
 
 fn records(items: Vec<QueueItem>) -> Vec<sw_outbox::core::record::RecordMeta> {
@@ -97,19 +133,19 @@ fn factory() -> IdbFactory {
 async fn a_batch_is_stored_whole_in_id_order_with_exact_bytes() {
     let store = open(&unique("batch")).await;
     let body = br#"{"title":"caf\xc3\xa9"}"#;
-    let ids = store
-        .enqueue(
-            vec![
-                pending("/projects/p1/tasks", Some("alice"), body),
-                pending("/notes", Some("alice"), b""),
-                pending("/projects/p2/tasks?x=1", None, b"x"),
-            ],
-            100,
-        )
-        .await;
+    let ids = enqueue(
+        &store,
+        vec![
+            pending("/projects/p1/tasks", Some("alice"), body),
+            pending("/notes", Some("alice"), b""),
+            pending("/projects/p2/tasks?x=1", None, b"x"),
+        ],
+        100,
+    )
+    .await;
     let ids: Vec<RecordId> = ids.into_iter().map(|r| r.expect("stored")).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids ascend: {ids:?}");
-    let got = records(store.read_queue().await.expect("reads"));
+    let got = records(queue(&store).await);
     assert_eq!(got.len(), 3);
     assert_eq!(got[0].owner.as_deref(), Some("alice"));
     assert_eq!(got[0].workspace.as_deref(), Some("p1"));
@@ -117,39 +153,55 @@ async fn a_batch_is_stored_whole_in_id_order_with_exact_bytes() {
     assert_eq!(got[1].workspace, None);
     assert_eq!(got[2].owner, None);
     assert_eq!(got[2].path, "/projects/p2/tasks?x=1");
-    let (_, value) = store
-        .begin_send(ids[0])
+    assert_eq!(
+        body_of(&store, ids[0]).await,
+        body.to_vec(),
+        "kept in its own store"
+    );
+    assert_eq!(
+        body_of(&store, ids[1]).await,
+        Vec::<u8>::new(),
+        "no body stored"
+    );
+    let (meta, sent) = store
+        .begin_send(ids[0], 4242, true)
         .await
         .expect("reads")
         .expect("exists");
-    let bytes = Uint8Array::new(&sw_outbox::store::body_bytes(&value).expect("body")).to_vec();
+    let bytes = Uint8Array::new(&sent.expect("body")).to_vec();
     assert_eq!(bytes, body.to_vec(), "exact body bytes");
-    let again = records(store.read_queue().await.expect("reads"));
+    assert_eq!(meta.first_sent_at, Some(4242));
+    let again = records(queue(&store).await);
     assert_eq!(
         again[0].attempts, 1,
         "begin_send marks the record in flight"
     );
+    assert_eq!(again[0].first_sent_at, Some(4242), "the first send is kept");
+    store.begin_send(ids[0], 9999, false).await.expect("reads");
+    let again = records(queue(&store).await);
+    assert_eq!(again[0].first_sent_at, Some(4242), "and never moved");
+    assert_eq!(again[0].attempts, 2);
 }
 
 #[wasm_bindgen_test]
 async fn the_queue_refuses_writes_beyond_max_records_and_keeps_the_earlier_ones() {
     let store = open(&unique("full")).await;
-    let first = store
-        .enqueue(
-            vec![pending("/notes", None, b"1"), pending("/notes", None, b"2")],
-            3,
-        )
-        .await;
+    let first = enqueue(
+        &store,
+        vec![pending("/notes", None, b"1"), pending("/notes", None, b"2")],
+        3,
+    )
+    .await;
     assert!(first.iter().all(Result::is_ok));
-    let second = store
-        .enqueue(
-            vec![pending("/notes", None, b"3"), pending("/notes", None, b"4")],
-            3,
-        )
-        .await;
+    let second = enqueue(
+        &store,
+        vec![pending("/notes", None, b"3"), pending("/notes", None, b"4")],
+        3,
+    )
+    .await;
     assert!(second[0].is_ok());
     assert_eq!(second[1], Err(EnqueueFailure::Full));
-    let third = store.enqueue(vec![pending("/notes", None, b"5")], 3).await;
+    let third = enqueue(&store, vec![pending("/notes", None, b"5")], 3).await;
     assert_eq!(third, vec![Err(EnqueueFailure::Full)]);
     assert_eq!(store.count().await.expect("counts"), 3);
 }
@@ -198,7 +250,7 @@ async fn a_version_1_database_is_upgraded_in_place_keeping_every_record() {
         .collect();
     make_v1(&name, &v1).await;
     let store = open(&name).await;
-    let got = records(store.read_queue().await.expect("reads"));
+    let got = records(queue(&store).await);
     assert_eq!(got.len(), 5, "no record lost");
     for (i, m) in got.iter().enumerate() {
         assert_eq!(m.owner, None, "old records become unknown-owner");
@@ -207,19 +259,12 @@ async fn a_version_1_database_is_upgraded_in_place_keeping_every_record() {
         let want_ws = (i % 2 == 0).then(|| format!("w{i}"));
         assert_eq!(m.workspace, want_ws, "workspace derived from the path");
         assert_eq!(m.body_len, format!("{{\"n\":{i}}}").len());
+        assert_eq!(m.first_sent_at, None, "a keyless record has no key window");
+        assert_eq!(
+            body_of(&store, m.id).await,
+            format!("{{\"n\":{i}}}").into_bytes()
+        );
     }
-    // The body is now bytes in storage, not a string.
-    let (_, value) = store
-        .begin_send(got[0].id)
-        .await
-        .expect("reads")
-        .expect("exists");
-    let body = Reflect::get(&value, &"body".into()).expect("body");
-    assert!(
-        body.is_instance_of::<Uint8Array>(),
-        "body upgraded to bytes"
-    );
-    assert_eq!(Uint8Array::new(&body).to_vec(), br#"{"n":0}"#.to_vec());
     // And the session store exists.
     store
         .set_session_user(Some("alice"))
@@ -231,9 +276,12 @@ async fn a_version_1_database_is_upgraded_in_place_keeping_every_record() {
 async fn a_corrupt_record_is_reported_and_blocks_nothing_else() {
     let name = unique("corrupt");
     let store = open(&name).await;
-    store
-        .enqueue(vec![pending("/projects/a/tasks", Some("alice"), b"ok")], 10)
-        .await[0]
+    enqueue(
+        &store,
+        vec![pending("/projects/a/tasks", Some("alice"), b"ok")],
+        10,
+    )
+    .await[0]
         .clone()
         .expect("stored");
     // Write a value with the wrong field types straight into the store.
@@ -244,15 +292,15 @@ async fn a_corrupt_record_is_reported_and_blocks_nothing_else() {
     Reflect::set(&bad, &"method".into(), &5.into()).expect("set");
     Reflect::set(&bad, &"path".into(), &JsValue::from(js_sys::Array::new())).expect("set");
     raw.put_raw_for_tests(&bad).await.expect("put");
-    store
-        .enqueue(
-            vec![pending("/projects/a/tasks", Some("alice"), b"ok2")],
-            10,
-        )
-        .await[0]
+    enqueue(
+        &store,
+        vec![pending("/projects/a/tasks", Some("alice"), b"ok2")],
+        10,
+    )
+    .await[0]
         .clone()
         .expect("stored");
-    let items = store.read_queue().await.expect("reads without throwing");
+    let items = queue(&store).await;
     assert_eq!(items.len(), 3);
     assert!(matches!(items[0], QueueItem::Record(_)));
     assert!(
@@ -354,7 +402,7 @@ async fn a_write_without_an_answer_is_queued_and_the_202_names_its_record() {
     assert!(IdempotencyKey::parse(&key).is_ok());
     let id = json["id"].as_u64().expect("id");
     let store = open(&db).await;
-    let got = records(store.read_queue().await.expect("reads"));
+    let got = records(queue(&store).await);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].id, RecordId(id));
     assert_eq!(got[0].key.as_ref().map(|k| k.as_str()), Some(key.as_str()));
@@ -363,41 +411,57 @@ async fn a_write_without_an_answer_is_queued_and_the_202_names_its_record() {
     assert_eq!(got[0].path, "/projects/p9/tasks");
     assert_eq!(got[0].content_type.as_deref(), Some("application/json"));
     assert_eq!(got[0].body_len, body.len());
+    assert!(got[0].first_sent_at.is_some(), "its first attempt went out");
 }
 
 #[wasm_bindgen_test]
-async fn a_page_key_is_kept_and_a_malformed_one_refused() {
+async fn page_keys_of_any_sane_shape_are_kept_and_a_malformed_one_refused() {
     let db = unique("keys");
     let o = outbox(&db, 1).await;
-    let page_key = "page-key-0123456789abcdefgh";
-    let (status, json) = answer(
-        &o,
-        request(
-            "PUT",
-            "/api/notes/1",
-            &[("Idempotency-Key", page_key)],
-            Some(&big_body()),
-        ),
-    )
-    .await;
-    assert_eq!(status, 202, "{json}");
-    assert_eq!(json["idempotencyKey"], page_key);
+    o.assume_network_failed_for_tests();
+    let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08f00dbabe";
+    for page_key in [
+        "page-key-0123456789abcdefgh",
+        "order_1234",
+        "k:7f3e",
+        &hash[..72],
+    ] {
+        let (status, json) = answer(
+            &o,
+            request(
+                "PUT",
+                "/api/notes/1",
+                &[("Idempotency-Key", page_key)],
+                Some(&big_body()),
+            ),
+        )
+        .await;
+        assert_eq!(status, 202, "{json}");
+        assert_eq!(json["idempotencyKey"], page_key);
+    }
+    let long = "k".repeat(256);
     let (status, json) = answer(
         &o,
         request(
             "POST",
             "/api/notes",
-            &[("Idempotency-Key", "short")],
+            &[("Idempotency-Key", &long)],
             Some(b"{}"),
         ),
     )
     .await;
     assert_eq!(status, 400);
     assert_eq!(json["queued"], false);
+    assert!(
+        json["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("1 to 255")),
+        "{json}"
+    );
     let store = open(&db).await;
     assert_eq!(
         store.count().await.expect("counts"),
-        1,
+        4,
         "the refused write is not stored"
     );
 }
@@ -405,8 +469,10 @@ async fn a_page_key_is_kept_and_a_malformed_one_refused() {
 #[wasm_bindgen_test]
 async fn an_oversized_body_that_cannot_go_through_is_refused_413_and_not_stored() {
     let db = unique("big");
-    let cfg = serde_json::json!({"dbName": db, "attemptTimeoutMs": 1, "maxBodyBytes": 1024});
+    let cfg = serde_json::json!({"dbName": db, "maxBodyBytes": 1024});
     let o = sw_outbox::worker::start(js(&cfg)).await.expect("start");
+    // Not timing: the write is not attempted at all (a known-offline worker).
+    o.assume_network_failed_for_tests();
     let (status, json) = answer(&o, request("POST", "/api/notes", &[], Some(&big_body()))).await;
     assert_eq!(status, 413, "{json}");
     assert_eq!(json["queued"], false);
@@ -454,6 +520,11 @@ async fn an_invalid_configuration_is_refused_naming_the_field() {
     // A misspelt field is not silently ignored.
     let err = start_refusal(serde_json::json!({"replayConcurency": 2})).await;
     assert!(err.contains("replayConcurency"), "{err}");
+    // Every number is range-checked: a timer over 2^31 ms would fire at once.
+    let err = start_refusal(serde_json::json!({"attemptTimeoutMs": 2_147_483_648u64})).await;
+    assert!(err.contains("attemptTimeoutMs"), "{err}");
+    let err = start_refusal(serde_json::json!({"neverQueuePattern": "("})).await;
+    assert!(err.contains("neverQueuePattern"), "{err}");
 }
 
 #[wasm_bindgen_test]
@@ -465,6 +536,20 @@ fn these_tests_run_inside_a_service_worker() {
     );
 }
 
+/// The queue chain takes a Web Lock when the worker's global has `navigator.locks`;
+/// every engine tested here has it (the README's browser table rests on this test).
+#[wasm_bindgen_test]
+fn the_worker_global_has_web_locks() {
+    let navigator =
+        Reflect::get(&js_sys::global(), &"navigator".into()).unwrap_or(JsValue::UNDEFINED);
+    let locks = Reflect::get(&navigator, &"locks".into()).unwrap_or(JsValue::UNDEFINED);
+    let request = Reflect::get(&locks, &"request".into()).unwrap_or(JsValue::UNDEFINED);
+    assert!(
+        request.is_function(),
+        "navigator.locks.request is missing in this worker"
+    );
+}
+
 #[wasm_bindgen_test]
 async fn an_adoption_is_one_transaction_a_concurrent_reader_sees_all_or_none() {
     use sw_outbox::store::Rewrite;
@@ -473,7 +558,7 @@ async fn an_adoption_is_one_transaction_a_concurrent_reader_sees_all_or_none() {
     let batch = (0..50)
         .map(|i| pending(&format!("/projects/w{}/tasks", i % 3), None, b"{}"))
         .collect();
-    assert!(store.enqueue(batch, 100).await.iter().all(Result::is_ok));
+    assert!(enqueue(&store, batch, 100).await.iter().all(Result::is_ok));
     let reader = open(&name).await;
     let adopt = store.rewrite_where(None, |item| match item {
         QueueItem::Record(m) if m.owner.is_none() => {
@@ -487,8 +572,8 @@ async fn an_adoption_is_one_transaction_a_concurrent_reader_sees_all_or_none() {
     // reader sees the queue before or after the adoption, never half of it.
     let read = reader.read_queue();
     let (adopted, seen) = futures_join(adopt, read).await;
-    assert_eq!(adopted.expect("adopts"), 50);
-    let owners: Vec<Option<String>> = records(seen.expect("reads"))
+    assert_eq!(adopted.expect("adopts").0, 50);
+    let owners: Vec<Option<String>> = records(seen.expect("reads").0)
         .into_iter()
         .map(|m| m.owner)
         .collect();
@@ -497,8 +582,305 @@ async fn an_adoption_is_one_transaction_a_concurrent_reader_sees_all_or_none() {
         owners.iter().all(|o| o.is_none()) || owners.iter().all(|o| o.as_deref() == Some("alice")),
         "a concurrent reader saw a partial adoption: {owners:?}"
     );
-    let after = records(reader.read_queue().await.expect("reads"));
+    let after = records(queue(&reader).await);
     assert!(after.iter().all(|m| m.owner.as_deref() == Some("alice")));
+}
+
+/// Creates a version-2 database as the previous release wrote it: bodies inside the
+/// records, no `bodies` store, no generation.
+async fn make_v2(name: &str, values: Vec<JsValue>) {
+    let open = factory().open_with_u32(name, 2).expect("open v2");
+    let req = open.clone();
+    let on_upgrade = Closure::<dyn FnMut()>::new(move || {
+        let db: IdbDatabase = req.result().expect("db").unchecked_into();
+        let params = IdbObjectStoreParameters::new();
+        params.set_key_path(&"id".into());
+        params.set_auto_increment(true);
+        let store = db
+            .create_object_store_with_optional_parameters("mutations", &params)
+            .expect("store");
+        store
+            .create_index_with_str("timestamp", "timestamp")
+            .expect("index");
+        let params = IdbObjectStoreParameters::new();
+        params.set_key_path(&"key".into());
+        db.create_object_store_with_optional_parameters("session", &params)
+            .expect("session");
+        for v in &values {
+            store.put(v).expect("put");
+        }
+    });
+    open.set_onupgradeneeded(Some(on_upgrade.as_ref().unchecked_ref()));
+    let db: IdbDatabase = idb::request(open.clone().into())
+        .await
+        .expect("opened")
+        .unchecked_into();
+    db.close();
+}
+
+fn v2_record(path: &str, owner: &str, body: &[u8], ts: u64) -> JsValue {
+    let v = js(&serde_json::json!({
+        "method": "POST", "path": path, "contentType": "application/json",
+        "timestamp": ts, "ownerId": owner, "workspace": Defaults.workspace(path),
+        "idempotencyKey": key().as_str(), "state": "queued", "attentionReason": null,
+        "serverFailures": 0, "attempts": 1,
+    }));
+    Reflect::set(&v, &"body".into(), &Uint8Array::from(body).into()).expect("body");
+    v
+}
+
+#[wasm_bindgen_test]
+async fn a_version_2_database_moves_its_bodies_out_keeping_every_record() {
+    let name = unique("v2");
+    let values = (0..4)
+        .map(|i| {
+            v2_record(
+                &format!("/projects/p{i}/tasks"),
+                "alice",
+                format!("body {i}").as_bytes(),
+                1_000 + i,
+            )
+        })
+        .collect();
+    make_v2(&name, values).await;
+    let store = open(&name).await;
+    let got = records(queue(&store).await);
+    assert_eq!(got.len(), 4, "no record lost");
+    for (i, m) in got.iter().enumerate() {
+        assert_eq!(m.owner.as_deref(), Some("alice"));
+        assert_eq!(m.body_len, format!("body {i}").len());
+        assert_eq!(
+            body_of(&store, m.id).await,
+            format!("body {i}").into_bytes()
+        );
+        assert_eq!(
+            m.first_sent_at,
+            Some(1_000 + i as u64),
+            "a version-2 record is taken as sent when queued (the key window's safe side)"
+        );
+        assert_eq!(m.conflicts, 0);
+    }
+    // The metadata no longer carries the body.
+    let (_, sent) = store
+        .begin_send(got[0].id, 5, false)
+        .await
+        .expect("reads")
+        .expect("exists");
+    assert_eq!(
+        Uint8Array::new(&sent.expect("body")).to_vec(),
+        b"body 0".to_vec()
+    );
+    assert!(store.generation().await.expect("generation").n >= 1);
+}
+
+#[wasm_bindgen_test]
+async fn a_value_under_a_foreign_key_becomes_a_discardable_corrupt_record() {
+    let name = unique("foreign");
+    let store = open(&name).await;
+    enqueue(&store, vec![pending("/notes", Some("alice"), b"a")], 10).await[0]
+        .clone()
+        .expect("stored");
+    for k in [JsValue::from_str("not-a-number"), JsValue::from_f64(1.5)] {
+        let v = js(&serde_json::json!({"method":"POST","path":"/notes","timestamp":1}));
+        Reflect::set(&v, &"id".into(), &k).expect("id");
+        store.put_raw_for_tests(&v).await.expect("put");
+    }
+    assert_eq!(store.count().await.expect("counts"), 3);
+    let (items, foreign) = store.read_queue().await.expect("reads");
+    assert_eq!(
+        (items.len(), foreign),
+        (1, 2),
+        "counted but not readable as records"
+    );
+    assert_eq!(store.rekey_foreign().await.expect("rekeys"), 2);
+    let items = queue(&store).await;
+    assert_eq!(items.len(), 3, "every stored value is now listed");
+    let corrupt: Vec<RecordId> = items
+        .iter()
+        .filter_map(|i| match i {
+            QueueItem::Corrupt(id, why) => {
+                assert!(why.contains("not a record id"), "{why}");
+                Some(*id)
+            }
+            QueueItem::Record(_) => None,
+        })
+        .collect();
+    assert_eq!(corrupt.len(), 2);
+    let (n, _) = store
+        .rewrite_where(Some(corrupt[0]), |_| sw_outbox::store::Rewrite::Delete)
+        .await
+        .expect("discards");
+    assert_eq!(n, 1);
+    assert_eq!(store.count().await.expect("counts"), 2);
+}
+
+#[wasm_bindgen_test]
+async fn the_generation_moves_with_every_change_a_worker_caches() {
+    let store = open(&unique("gen")).await;
+    let g0 = store.generation().await.expect("reads");
+    let ids = enqueue(&store, vec![pending("/notes", Some("a"), b"1")], 10).await;
+    let g1 = store.generation().await.expect("reads");
+    assert_eq!(g1.n, g0.n + 1, "an enqueue");
+    let id = ids[0].clone().expect("stored");
+    let m = records(queue(&store).await).remove(0);
+    store
+        .write_fields(id, &m.mutable_fields())
+        .await
+        .expect("writes");
+    assert_eq!(
+        store.generation().await.expect("reads"),
+        g1,
+        "a settle caches nothing"
+    );
+    let before = store.set_session_user(Some("bob")).await.expect("writes");
+    assert_eq!(before, g1);
+    let before = store.delete(id).await.expect("deletes");
+    assert_eq!(before.n, g1.n + 1);
+    let (_, before) = store.clear_device().await.expect("clears");
+    let after = store.generation().await.expect("reads");
+    assert_eq!(
+        after,
+        before.next(true),
+        "a clear counts as one change and one clear"
+    );
+    assert_eq!(after.clears, g0.clears + 1);
+}
+
+#[wasm_bindgen_test]
+async fn a_batch_decided_on_a_stale_view_or_before_a_clear_is_never_stored() {
+    let store = open(&unique("stale")).await;
+    let now = store.generation().await.expect("reads").n;
+    let batch = [pending("/notes", Some("alice"), b"x")];
+    let refs: Vec<&Pending> = batch.iter().collect();
+    let (applied, results) = store.enqueue(&refs, 10, &|| Some(now - 1)).await;
+    assert_eq!(applied, None);
+    assert_eq!(results, vec![Err(EnqueueFailure::Stale)]);
+    let (_, results) = store.enqueue(&refs, 10, &|| None).await;
+    assert_eq!(
+        results,
+        vec![Err(EnqueueFailure::Stale)],
+        "an unknown view is stale too"
+    );
+    assert_eq!(store.count().await.expect("counts"), 0);
+    // Decided before a clear (its clear count is the old one): refused, even under a
+    // fresh view; one decided after the clear is stored.
+    store.clear_device().await.expect("clears");
+    let g: Generation = store.generation().await.expect("reads");
+    let mut after = pending("/notes", Some("bob"), b"y");
+    after.clears = g.clears;
+    let mixed = [pending("/notes", Some("alice"), b"x"), after];
+    let refs: Vec<&Pending> = mixed.iter().collect();
+    let (applied, results) = store.enqueue(&refs, 10, &move || Some(g.n)).await;
+    assert_eq!(applied, Some(g));
+    assert_eq!(results[0], Err(EnqueueFailure::Cleared));
+    assert!(results[1].is_ok());
+    let left = records(queue(&store).await);
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].owner.as_deref(), Some("bob"));
+}
+
+/// Sends a message to the outbox as a page would, and waits for its answer on a port.
+async fn command(o: &sw_outbox::worker::Outbox, data: &JsValue) -> Value {
+    let channel = web_sys::MessageChannel::new().expect("channel");
+    let (tx, rx) = futures_channel::oneshot::channel::<JsValue>();
+    let tx = std::cell::RefCell::new(Some(tx));
+    let on_answer =
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
+            if let Some(tx) = tx.borrow_mut().take() {
+                let _ = tx.send(e.data());
+            }
+        });
+    channel
+        .port2()
+        .set_onmessage(Some(on_answer.as_ref().unchecked_ref()));
+    let init = web_sys::ExtendableMessageEventInit::new();
+    init.set_data(data);
+    init.set_ports(&js_sys::Array::of1(&channel.port1()));
+    let event =
+        web_sys::ExtendableMessageEvent::new_with_event_init_dict("message", &init).expect("event");
+    JsFuture::from(o.handle_message(event))
+        .await
+        .expect("handled");
+    let answer = rx.await.expect("answered");
+    drop(on_answer);
+    serde_wasm_bindgen::from_value(answer).expect("json")
+}
+
+#[wasm_bindgen_test]
+async fn a_shared_reference_message_is_read_field_by_field_and_answered() {
+    let o = outbox(&unique("hostile"), 1).await;
+    // 2^40 paths in a few objects: converting it whole would never finish.
+    let mut x = Object::new();
+    for _ in 0..40 {
+        let y = Object::new();
+        Reflect::set(&y, &"a".into(), &x).expect("a");
+        Reflect::set(&y, &"b".into(), &x).expect("b");
+        x = y;
+    }
+    let msg = Object::new();
+    Reflect::set(&msg, &"type".into(), &"LIST_QUEUE".into()).expect("type");
+    Reflect::set(&msg, &"x".into(), &x).expect("x");
+    let answer = command(&o, &msg).await;
+    assert_eq!(answer["type"], "QUEUE_STATE", "{answer}");
+    // The same graph where a command expects a field is refused, naming it.
+    let msg = Object::new();
+    Reflect::set(&msg, &"type".into(), &"AUTH_SESSION".into()).expect("type");
+    Reflect::set(&msg, &"userId".into(), &x).expect("userId");
+    let answer = command(&o, &msg).await;
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("userId")),
+        "{answer}"
+    );
+    let ids = js_sys::Array::new();
+    for _ in 0..100_000 {
+        ids.push(&x);
+    }
+    let msg = Object::new();
+    Reflect::set(&msg, &"type".into(), &"REBIND_RECORDS".into()).expect("type");
+    Reflect::set(&msg, &"ownerId".into(), &"alice".into()).expect("owner");
+    Reflect::set(&msg, &"ids".into(), &ids).expect("ids");
+    let answer = command(&o, &msg).await;
+    assert_eq!(answer["ok"], false, "{answer}");
+    assert!(
+        answer["reason"].as_str().is_some_and(|r| r.contains("ids")),
+        "{answer}"
+    );
+}
+
+#[wasm_bindgen_test]
+async fn abort_write_answers_affected_zero_when_nothing_is_in_flight() {
+    let o = outbox(&unique("abort"), 1).await;
+    let answer = command(
+        &o,
+        &js(&serde_json::json!({"type":"ABORT_WRITE","idempotencyKey":"k:1","requestId":"r"})),
+    )
+    .await;
+    assert_eq!(
+        answer,
+        serde_json::json!({"type":"COMMAND_RESULT","command":"ABORT_WRITE","ok":true,"affected":0,"requestId":"r"})
+    );
+}
+
+#[wasm_bindgen_test]
+async fn an_account_id_that_cannot_be_a_header_value_is_refused() {
+    let o = outbox(&unique("acct"), 1).await;
+    for bad in ["J\u{f6}rg", "\u{1F600}"] {
+        let answer = command(
+            &o,
+            &js(&serde_json::json!({"type":"AUTH_SESSION","userId":bad})),
+        )
+        .await;
+        assert_eq!(answer["ok"], false, "{answer}");
+    }
+    let answer = command(
+        &o,
+        &js(&serde_json::json!({"type":"AUTH_SESSION","userId":"alice"})),
+    )
+    .await;
+    assert_eq!(answer["ok"], true, "{answer}");
 }
 
 /// Polls two futures to completion together (no futures-util in the crate).

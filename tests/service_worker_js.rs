@@ -87,6 +87,7 @@ fn reports_are_written_as_serde_wasm_bindgen_writes_them() {
                 path: Some("/projects/p1/tasks".into()),
                 owner_id: None,
                 workspace: Some("p1".into()),
+                state: "queued",
                 reason: BlockReason::UnknownOwner,
             }],
         },

@@ -4,7 +4,8 @@
 import { registerOutbox } from './outbox-client.js';
 
 const PROJECTS = { p1: 'Website', p2: 'Mobile app' };
-const NEEDS_ATTENTION = new Set(['outcome-unknown', 'key-reused', 'rejected', 'repeated-5xx', 'expired']);
+const NEEDS_ATTENTION = new Set(['outcome-unknown', 'key-reused', 'rejected', 'repeated-5xx', 'expired',
+  'redirected', 'conflict', 'key-expired']);
 const REMEMBERED_USER = 'sw-outbox-demo:user';
 
 const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
@@ -19,6 +20,8 @@ const state = {
   records: [],          // QUEUE_STATE records
   blocked: new Map(),   // id -> entry of the last MUTATIONS_BLOCKED
   pending: [],          // {recordId, kind, pid?, text}: what the page queued, to show in lists
+  opened: new Map(),    // id -> READ_RECORD's record, for the write a person is looking at
+  focus: null,          // the record id a notification (or ?outboxRecord=) asked to show
 };
 
 /** The handle tests use; `client` is set once the page is controlled. */
@@ -68,7 +71,15 @@ async function api(method, path, body) {
     setReachable('unreachable');
     return { status: 0, body: { error: err.message }, networkError: true };
   }
-  const text = await res.text();
+  let text;
+  try {
+    text = await res.text();
+  } catch (err) {
+    // The answer's body was cut off (the connection dropped after the headers): as
+    // uncertain as a failed fetch, so reported the same way (seen in WebKit: "Load failed").
+    setReachable('unreachable');
+    return { status: 0, body: { error: err.message }, networkError: true };
+  }
   let json = null;
   try { json = text ? JSON.parse(text) : null; } catch { json = { raw: text }; }
   const offline = (res.status === 503 && json?.error === 'offline') || (res.status === 202 && json?.queued === true);
@@ -194,6 +205,7 @@ async function syncSession() {
   try {
     const r = await state.client.signedIn(state.user.id);
     demo.sessionSynced = true;
+    openFocused();
     if (!r.ok) message(`Outbox: ${r.command} refused: ${r.reason}`, true);
   } catch (err) {
     message(err.message, true);
@@ -272,6 +284,9 @@ const REASONS = {
   'rejected': (r) => `the server rejected it (status ${r.attentionStatus ?? r.status ?? r.lastStatus ?? '4xx'})`,
   'repeated-5xx': () => 'the server failed on it repeatedly (5xx)',
   'expired': () => 'older than 7 days: never sent automatically',
+  'redirected': () => 'the server redirected it (a sign-in page?): it was not applied there',
+  'conflict': () => 'the server kept saying another request with its key was still running',
+  'key-expired': () => 'sent once more than a day ago: it may already have been applied; check, then retry as new or discard',
   'workspace-order': (r) => (r.workspace ? 'waiting for an earlier change in this project' : 'waiting for an earlier change'),
   'corrupt-record': () => 'the stored record is damaged and cannot be sent',
 };
@@ -309,8 +324,22 @@ async function refreshOutbox() {
 function renderOutbox() {
   $('outbox-count').textContent = String(state.records.length);
   const list = $('outbox-list');
-  list.replaceChildren(...state.records.map(renderRecord));
+  const user = state.user?.id;
+  // Another account's writes are not shown one by one: only that they exist (privacy on
+  // a shared device), with the way to clear them.
+  const mine = state.records.filter((r) => !r.ownerId || r.ownerId === user);
+  const others = state.records.length - mine.length;
+  list.replaceChildren(...mine.map(renderRecord));
+  if (others) {
+    list.append(el('li', { 'data-testid': 'other-accounts' },
+      el('span', {}, `${others} unsent change${others === 1 ? '' : 's'} of another account`),
+      el('span', { class: 'muted' }, 'they are sent when their owner signs in on this device'),
+      el('div', { class: 'row' }, action('clear-others', 'Clear this device', async () => { await clearDevice(); return { ok: true }; }, 'danger'))));
+  }
   if (!state.records.length) list.append(el('li', { class: 'empty' }, 'Nothing waiting.'));
+  if (state.focus !== null) {
+    document.querySelector(`[data-testid="record-${state.focus}"]`)?.scrollIntoView({ block: 'center' });
+  }
 }
 
 function renderRecord(rec) {
@@ -323,18 +352,58 @@ function renderRecord(rec) {
   if (reason === 'unknown-owner' && user) {
     buttons.push(action(`adopt-${rec.id}`, `Adopt as ${user}`, () => state.client.adopt(user, [rec.id])));
   }
-  if (rec.state === 'needs-attention' && NEEDS_ATTENTION.has(reason) && user && rec.ownerId === user) {
+  const own = user && rec.ownerId === user;
+  if (own && (rec.state === 'needs-attention' || rec.state === 'queued')) {
+    buttons.push(action(`show-${rec.id}`, 'Show', () => openRecord(rec.id)));
+  }
+  if (rec.state === 'needs-attention' && NEEDS_ATTENTION.has(reason) && own) {
     buttons.push(action(`retry-${rec.id}`, 'Retry as new', () => state.client.retry(rec.id, user)));
     buttons.push(action(`discard-${rec.id}`, 'Discard', () => state.client.discard(rec.id, user), 'danger'));
   }
+  if (rec.state === 'corrupt' && user) {
+    buttons.push(action(`discard-${rec.id}`, 'Discard', () => state.client.discard(rec.id, user), 'danger'));
+  }
+  const opened = state.opened.get(rec.id);
   return el('li', {
     'data-testid': `record-${rec.id}`, 'data-state': rec.state, 'data-blocked': String(Boolean(blocked)),
-    'data-reason': reason ?? '',
+    'data-reason': reason ?? '', class: state.focus === rec.id ? 'focus' : '',
   },
-  el('span', { class: 'meta' }, `#${rec.id} ${rec.method} /api${rec.path}`),
-  el('span', { class: 'muted' }, `${where} · ${rec.ownerId ?? 'no account'} · ${new Date(rec.timestamp).toLocaleTimeString()}`),
+  el('span', { class: 'meta' }, rec.method ? `#${rec.id} ${rec.method} /api${rec.path}` : `#${rec.id} (unreadable)`),
+  el('span', { class: 'muted' }, `${where} · ${rec.ownerId ?? 'no account'}${rec.timestamp ? ` · ${new Date(rec.timestamp).toLocaleTimeString()}` : ''}`),
   el('span', { class: 'reason', 'data-testid': `reason-${rec.id}` }, reason ? explain(reason, info) : 'waiting to be sent'),
-  buttons.length ? el('div', { class: 'row' }, buttons) : null);
+  buttons.length ? el('div', { class: 'row' }, buttons) : null,
+  opened ? renderOpened(rec, opened) : null);
+}
+
+/** Reads a record's content (the worker checks the account with the server first). */
+async function openRecord(id) {
+  const r = await state.client.read(id, state.user?.id);
+  if (r.type !== 'RECORD') return r;
+  state.opened.set(id, r.record);
+  renderOutbox();
+  return { ok: true };
+}
+
+/** A stuck write's content, to copy, or to edit and resend under a new key. */
+function renderOpened(rec, opened) {
+  const text = opened.bodyEncoding === 'text' ? opened.body : null;
+  const area = el('textarea', { 'data-testid': `edit-body-${rec.id}`, rows: 4, readOnly: text === null });
+  area.value = text ?? `(binary, base64) ${opened.body}`;
+  return el('div', { class: 'opened', 'data-testid': `opened-${rec.id}` },
+    el('span', { class: 'muted' }, `${opened.contentType ?? 'no Content-Type'}${opened.lastStatus ? ` · last answer ${opened.lastStatus}` : ''}`),
+    opened.sentBefore ? el('span', { class: 'warning' }, 'It was sent before: it may already have been applied.') : null,
+    area,
+    el('div', { class: 'row' },
+      action(`copy-${rec.id}`, 'Copy', async () => {
+        await navigator.clipboard.writeText(area.value);
+        return { ok: true };
+      }),
+      text === null ? null : action(`resend-${rec.id}`, 'Resend edited', async () => {
+        const r = await state.client.edit(rec.id, state.user?.id, area.value);
+        if (r.ok) state.opened.delete(rec.id);
+        return r;
+      }),
+      action(`close-${rec.id}`, 'Close', async () => { state.opened.delete(rec.id); renderOutbox(); return { ok: true }; })));
 }
 
 function action(testid, label, run, cls = 'secondary') {
@@ -350,6 +419,10 @@ function action(testid, label, run, cls = 'secondary') {
 }
 
 function onReport(m) {
+  if (m.type === 'SHOW_RECORD') {
+    showRecord(m.id);
+    return;
+  }
   if (m.type === 'MUTATIONS_BLOCKED') {
     state.blocked = new Map((m.blocked ?? []).map((b) => [b.id, b]));
   } else if (m.type === 'MUTATIONS_REPLAYED') {
@@ -364,6 +437,24 @@ function onReport(m) {
     loadData();
   }
   refreshOutbox();
+}
+
+/** Opens the recovery view at a record (a notification click, or ?outboxRecord=<id>):
+ * at once when someone is signed in and the worker controls the page, else as soon as
+ * both are true (the page may still be asking who is signed in). */
+let toOpen = null;
+function showRecord(id) {
+  state.focus = Number(id);
+  toOpen = state.focus;
+  openFocused();
+  refreshOutbox();
+}
+
+function openFocused() {
+  if (toOpen === null || !state.user || !state.client) return;
+  const id = toOpen;
+  toOpen = null;
+  openRecord(id).catch(() => {});
 }
 
 async function sendNow() {
@@ -404,7 +495,9 @@ async function startOutbox() {
     status.dataset.state = 'online';
     status.textContent = 'outbox: active';
     await syncSession();
-    refreshOutbox();
+    const asked = new URLSearchParams(location.search).get('outboxRecord');
+    if (asked) showRecord(asked);
+    else refreshOutbox();
   } catch (err) {
     status.dataset.state = 'offline';
     status.textContent = 'outbox: unavailable';

@@ -10,6 +10,11 @@
  * not a transport failure, so callers check `result.ok`. A promise rejects only when no
  * answer came (timeout) or no worker controls the page.
  *
+ * Its JSDoc is the one source of its TypeScript declarations: the package's
+ * `outbox-client.d.ts` is generated from it (`tsc --declaration --allowJs`, checked
+ * with `checkJs`); the messages' types are `outbox-protocol.d.ts`'s. A new method is one
+ * JSDoc'd method here.
+ *
  * @example
  *   import { registerOutbox } from '/outbox-client.js';
  *   const outbox = await registerOutbox();
@@ -17,46 +22,51 @@
  *   await outbox.signedIn('alice');
  */
 
-/** Report types the worker broadcasts to every window of its scope (contract 5). */
+/**
+ * @import {
+ *   Answer, Command, CommandResult, ListQueueCommand, QueueState, ReadRecordCommand,
+ *   RecordAnswer, RecordId, Report, ReportType, WorkerMessage,
+ * } from './outbox-protocol.js'
+ */
+
+/**
+ * Report types the worker broadcasts to every window of its scope (contract 5).
+ * @type {readonly ReportType[]}
+ */
 export const REPORT_TYPES = Object.freeze([
   'MUTATIONS_BLOCKED', 'MUTATIONS_REPLAYED', 'MUTATIONS_PARTIAL', 'MUTATION_QUEUED',
+  'SHOW_RECORD',
 ]);
 
 /** Answer types the worker sends only to the client that asked (contract 6). */
-const ANSWER_TYPES = new Set(['COMMAND_RESULT', 'QUEUE_STATE']);
-
-/**
- * @typedef {object} CommandResult
- * @property {'COMMAND_RESULT'} type
- * @property {string|null} command   the command's `type` as sent
- * @property {boolean} ok
- * @property {string} [reason]       why it was refused, when `ok` is false
- * @property {number} [affected]     records replayed / adopted / changed
- * @property {string|number} [requestId]
- */
-
-/**
- * @typedef {object} QueueRecord  metadata of one queued record (never its body)
- * @property {number} id
- * @property {string} method
- * @property {string} path            relative to `/api`, query included
- * @property {string|null} ownerId
- * @property {string|null} workspace
- * @property {'queued'|'needs-attention'} state
- * @property {string|null} [attentionReason]
- * @property {number} timestamp
- */
-
-/**
- * @typedef {object} QueueState
- * @property {'QUEUE_STATE'} type
- * @property {QueueRecord[]} records
- * @property {string|number} [requestId]
- */
+const ANSWER_TYPES = new Set(['COMMAND_RESULT', 'QUEUE_STATE', 'RECORD']);
 
 let requestCounter = 0;
 
 /** A request id unique within this page and unlikely to collide with another tab's. */
+/** The page's own retry backoff without Background Sync (see `keepRetrying`). */
+const RETRY_FIRST_MS = 2000;
+const RETRY_MAX_MS = 5 * 60 * 1000;
+
+/** A fresh Idempotency-Key (a UUID v4 from the browser's cryptographic source). */
+function newKey() {
+  if (crypto.randomUUID) return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const h = [...b].map((x) => x.toString(16).padStart(2, '0')).join('');
+  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
+}
+
+/**
+ * What a fetch aborted by `signal` rejects with.
+ * @param {AbortSignal} signal
+ * @returns {unknown}
+ */
+function abortReason(signal) {
+  return signal.reason ?? new DOMException('The operation was aborted.', 'AbortError');
+}
+
 function nextRequestId() {
   requestCounter += 1;
   return `oc-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}-${requestCounter}`;
@@ -75,12 +85,39 @@ export class OutboxClient {
    */
   constructor({ commandTimeoutMs = 60000 } = {}) {
     this.commandTimeoutMs = commandTimeoutMs;
-    /** @type {Map<string, {resolve: Function, reject: Function, timer: any}>} */
+    /**
+     * Commands waiting for their answer, by requestId.
+     * @private
+     * @type {Map<string, {resolve: (answer: Answer) => void, reject: (err: Error) => void, timer: ReturnType<typeof setTimeout>}>}
+     */
     this.pending = new Map();
-    /** @type {Map<string, Set<Function>>} */
+    /**
+     * @private
+     * @type {Map<string, Set<Function>>}
+     */
     this.listeners = new Map();
+    /** @private */
     this.onMessage = this.onMessage.bind(this);
+    /** @private */
     this.onOnline = () => { this.flush().catch(() => {}); };
+    /**
+     * @private
+     * @type {ReturnType<typeof setTimeout> | null} the page's own retry timer where the
+     *   browser has no Background Sync (`keepRetrying`)
+     */
+    this.retryTimer = null;
+    /** @private */
+    this.retryDelayMs = RETRY_FIRST_MS;
+    /**
+     * Set by {@link registerOutbox}: the worker's registration.
+     * @type {ServiceWorkerRegistration | undefined}
+     */
+    this.registration = undefined;
+    /**
+     * Set by {@link registerOutbox}: whether persistent storage was granted.
+     * @type {Promise<boolean> | undefined}
+     */
+    this.persisted = undefined;
   }
 
   /** Starts listening; called by registerOutbox before the worker can send anything. */
@@ -103,10 +140,14 @@ export class OutboxClient {
     this.pending.clear();
   }
 
-  /** @param {MessageEvent} event */
+  /**
+   * @private
+   * @param {MessageEvent} event
+   */
   onMessage(event) {
     const data = event.data;
     if (!data || typeof data !== 'object' || typeof data.type !== 'string') return;
+    this.keepRetrying(data.type);
     if (ANSWER_TYPES.has(data.type) && data.requestId != null) {
       const p = this.pending.get(String(data.requestId));
       if (p) {
@@ -126,9 +167,35 @@ export class OutboxClient {
    * Posts any command to the controlling worker and waits for the answer with its
    * `requestId`. The named methods below are thin wrappers; this one is public so tests
    * can send malformed or future commands.
-   * @param {object} message a command of contract 6; `requestId` is added when absent
+   * @overload
+   * @param {ListQueueCommand} message
    * @param {{timeoutMs?: number}} [options]
-   * @returns {Promise<CommandResult|QueueState>}
+   * @returns {Promise<QueueState>}
+   */
+  /**
+   * @overload
+   * @param {ReadRecordCommand} message
+   * @param {{timeoutMs?: number}} [options]
+   * @returns {Promise<RecordAnswer | CommandResult>}
+   */
+  /**
+   * @overload
+   * @param {Exclude<Command, ListQueueCommand | ReadRecordCommand>} message
+   * @param {{timeoutMs?: number}} [options]
+   * @returns {Promise<CommandResult>}
+   */
+  /**
+   * Malformed or future messages: answered by a refusal.
+   * @overload
+   * @param {{type?: unknown, [field: string]: unknown}} message
+   * @param {{timeoutMs?: number}} [options]
+   * @returns {Promise<Answer>}
+   */
+  /**
+   * @param {{type?: unknown, requestId?: unknown}} message a command of contract 6;
+   *   `requestId` is added when absent
+   * @param {{timeoutMs?: number}} [options]
+   * @returns {Promise<Answer>}
    */
   send(message, { timeoutMs = this.commandTimeoutMs } = {}) {
     const controller = navigator.serviceWorker.controller;
@@ -148,6 +215,78 @@ export class OutboxClient {
   }
 
   /**
+   * Where the browser has no Background Sync (Firefox, Safari) and the user stays on the
+   * page, a queued write is retried without waiting for a reload: the worker retries
+   * while it lives, and the page asks again on a backoff of its own (2 s doubling to
+   * 5 min, back to 2 s once the queue drained), since a browser stops an idle worker.
+   * @param {string} type the report just received
+   */
+  keepRetrying(type) {
+    if (!this.registration || 'sync' in this.registration) return;
+    if (type === 'MUTATIONS_REPLAYED') {
+      if (this.retryTimer) clearTimeout(this.retryTimer);
+      this.retryTimer = null;
+      this.retryDelayMs = RETRY_FIRST_MS;
+      return;
+    }
+    if (type !== 'MUTATION_QUEUED' && type !== 'MUTATIONS_PARTIAL') return;
+    if (this.retryTimer) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      this.retryDelayMs = Math.min(this.retryDelayMs * 2, RETRY_MAX_MS);
+      this.flush().catch(() => {});
+    }, this.retryDelayMs);
+  }
+
+  /**
+   * A write through the outbox that honours `init.signal` (contract 2.8): the page's
+   * abort reaches the worker even where the browser does not forward the signal
+   * (Chromium). It sets an `Idempotency-Key` when the write has none. When the signal
+   * aborts before the worker stored the write, the worker aborts its attempt and
+   * queues nothing, and this rejects with the signal's reason; when the write was
+   * already stored (or answered), it resolves with that answer (a 202 means it is
+   * queued and will be delivered).
+   * @param {RequestInfo | URL} input
+   * @param {RequestInit} [init]
+   * @returns {Promise<Response>}
+   */
+  async fetch(input, init = {}) {
+    const { signal, ...rest } = init;
+    const headers = new Headers(rest.headers ?? (input instanceof Request ? input.headers : undefined));
+    if (!headers.has('Idempotency-Key')) headers.set('Idempotency-Key', newKey());
+    const idempotencyKey = /** @type {string} */ (headers.get('Idempotency-Key'));
+    if (signal?.aborted) throw abortReason(signal);
+    const answer = fetch(input, { ...rest, headers });
+    if (!signal) return answer;
+    return new Promise((resolve, reject) => {
+      let settled = false;
+      const onAbort = async () => {
+        const r = await this.send({ type: 'ABORT_WRITE', idempotencyKey }).catch(() => null);
+        if (r?.ok && (r.affected ?? 0) > 0 && !settled) {
+          settled = true;
+          answer.catch(() => {}); // the worker answers an aborted write with a network error
+          reject(abortReason(signal));
+        }
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      answer.then(
+        (response) => { if (!settled) { settled = true; resolve(response); } },
+        (err) => { if (!settled) { settled = true; reject(signal.aborted ? abortReason(signal) : err); } },
+      ).finally(() => signal.removeEventListener('abort', onAbort));
+    });
+  }
+
+  /**
+   * Aborts the first attempt of the write with this key, if it is still in flight
+   * (ABORT_WRITE); `affected` 0 when it was already stored, answered, or is unknown.
+   * @param {string} idempotencyKey
+   * @returns {Promise<CommandResult>}
+   */
+  abortWrite(idempotencyKey) {
+    return this.send({ type: 'ABORT_WRITE', idempotencyKey });
+  }
+
+  /**
    * Tells the worker who is signed in (null: nobody). Later writes are bound to it.
    * @param {string|null} userId
    * @returns {Promise<CommandResult>}
@@ -156,12 +295,18 @@ export class OutboxClient {
     return this.send({ type: 'AUTH_SESSION', userId: userId ?? null });
   }
 
-  /** Runs a flush; resolves after it with `affected` = records replayed. @returns {Promise<CommandResult>} */
+  /**
+   * Runs a flush; resolves after it with `affected` = records replayed.
+   * @returns {Promise<CommandResult>}
+   */
   flush() {
     return this.send({ type: 'FLUSH_QUEUE' });
   }
 
-  /** Every record's metadata, bodies excluded. @returns {Promise<QueueState>} */
+  /**
+   * Every record's metadata, bodies excluded.
+   * @returns {Promise<QueueState>}
+   */
   list() {
     return this.send({ type: 'LIST_QUEUE' });
   }
@@ -170,10 +315,11 @@ export class OutboxClient {
    * Adopts unknown-owner records (all, or the given ids) for `ownerId`; the worker
    * checks with the server that `ownerId` really is signed in.
    * @param {string} ownerId
-   * @param {number[]} [ids]
+   * @param {RecordId[]} [ids]
    * @returns {Promise<CommandResult>}
    */
   adopt(ownerId, ids) {
+    /** @type {import('./outbox-protocol.js').RebindRecordsCommand} */
     const message = { type: 'REBIND_RECORDS', ownerId };
     if (ids !== undefined) message.ids = ids;
     return this.send(message);
@@ -181,7 +327,7 @@ export class OutboxClient {
 
   /**
    * Puts a needs-attention record back in the queue under a fresh idempotency key.
-   * @param {number} id
+   * @param {RecordId} id
    * @param {string} ownerId the record's owner, who must be signed in
    * @returns {Promise<CommandResult>}
    */
@@ -190,8 +336,37 @@ export class OutboxClient {
   }
 
   /**
+   * A record of `ownerId`, with its body (as text when its Content-Type is textual, else
+   * base64), after the worker checked with the server that `ownerId` is signed in: a
+   * `RECORD` answer, or a refusal (another account's, corrupt, gone, not confirmed).
+   * @param {RecordId} id
+   * @param {string} ownerId the record's owner, who must be signed in
+   * @returns {Promise<RecordAnswer | CommandResult>}
+   */
+  read(id, ownerId) {
+    return this.send({ type: 'READ_RECORD', id, ownerId });
+  }
+
+  /**
+   * Replaces a queued or needs-attention record's body and sends it again under a fresh
+   * key, in its place among the writes of its workspace (RECOVER_RECORD `edit`).
+   * @param {RecordId} id
+   * @param {string} ownerId the record's owner, who must be signed in
+   * @param {string} body the new body: text, or base64 with `bodyEncoding: 'base64'`
+   * @param {{contentType?: string, bodyEncoding?: 'text' | 'base64'}} [options]
+   * @returns {Promise<CommandResult>}
+   */
+  edit(id, ownerId, body, { contentType, bodyEncoding } = {}) {
+    return this.send({
+      type: 'RECOVER_RECORD', id, ownerId, action: 'edit', body,
+      ...(contentType === undefined ? {} : { contentType }),
+      ...(bodyEncoding === undefined ? {} : { bodyEncoding }),
+    });
+  }
+
+  /**
    * Deletes a needs-attention record for good.
-   * @param {number} id
+   * @param {RecordId} id
    * @param {string} ownerId the record's owner, who must be signed in
    * @returns {Promise<CommandResult>}
    */
@@ -199,7 +374,10 @@ export class OutboxClient {
     return this.send({ type: 'RECOVER_RECORD', id, ownerId, action: 'discard' });
   }
 
-  /** Deletes every record and the session: sign-out on a shared device. @returns {Promise<CommandResult>} */
+  /**
+   * Deletes every record and the session: sign-out on a shared device.
+   * @returns {Promise<CommandResult>}
+   */
   clearDevice() {
     return this.send({ type: 'CLEAR_DEVICE' });
   }
@@ -213,6 +391,7 @@ export class OutboxClient {
    * @returns {Promise<CommandResult>} `ok:false` with the reason when permission is refused
    */
   async enableNotifications(userId) {
+    /** @type {(reason: string) => CommandResult} */
     const refused = (reason) => ({ type: 'COMMAND_RESULT', command: 'SET_NOTIFICATIONS', ok: false, reason });
     if (typeof Notification === 'undefined') return refused('this browser has no notifications');
     const permission = Notification.permission === 'granted'
@@ -221,7 +400,11 @@ export class OutboxClient {
     return this.send({ type: 'SET_NOTIFICATIONS', userId, enabled: true });
   }
 
-  /** Opts `userId` out of delivery notifications. @param {string} userId @returns {Promise<CommandResult>} */
+  /**
+   * Opts `userId` out of delivery notifications.
+   * @param {string} userId
+   * @returns {Promise<CommandResult>}
+   */
   disableNotifications(userId) {
     return this.send({ type: 'SET_NOTIFICATIONS', userId, enabled: false });
   }
@@ -241,17 +424,35 @@ export class OutboxClient {
 
   /**
    * Subscribes to worker messages of one type (a report type, or '*' for every message).
+   * @template {ReportType} T
+   * @overload
+   * @param {T} type
+   * @param {(message: Extract<Report, {type: T}>) => void} fn
+   * @returns {() => void} unsubscribe
+   */
+  /**
+   * @overload
+   * @param {'*'} type
+   * @param {(message: WorkerMessage) => void} fn
+   * @returns {() => void} unsubscribe
+   */
+  /**
    * @param {string} type
-   * @param {(message: object) => void} fn
+   * @param {(message: any) => void} fn
    * @returns {() => void} unsubscribe
    */
   on(type, fn) {
-    if (!this.listeners.has(type)) this.listeners.set(type, new Set());
-    this.listeners.get(type).add(fn);
-    return () => this.off(type, fn);
+    let listeners = this.listeners.get(type);
+    if (!listeners) this.listeners.set(type, listeners = new Set());
+    listeners.add(fn);
+    return () => this.off(/** @type {ReportType} */ (type), fn);
   }
 
-  /** @param {string} type @param {Function} fn */
+  /**
+   * Removes a listener added with {@link OutboxClient.on}.
+   * @param {ReportType | '*'} type
+   * @param {(message: never) => void} fn
+   */
   off(type, fn) {
     this.listeners.get(type)?.delete(fn);
   }
@@ -260,10 +461,17 @@ export class OutboxClient {
 /**
  * Resolves when `check()` holds, re-checking on the given events; rejects when it throws,
  * or after `timeoutMs` with `what()`.
+ * @param {() => boolean} check
+ * @param {[EventTarget, string][]} targets
+ * @param {number} timeoutMs
+ * @param {() => string} what
+ * @returns {Promise<void>}
  */
 function waitUntil(check, targets, timeoutMs, what) {
   return new Promise((resolve, reject) => {
+    /** @type {(() => void)[]} */
     const cleanups = [];
+    /** @type {(fn: (value?: any) => void, value?: unknown) => void} */
     const done = (fn, value) => {
       clearTimeout(timer);
       cleanups.forEach((c) => c());
@@ -308,6 +516,7 @@ export async function registerOutbox({
     const registration = await container.register(scriptUrl, { scope });
     const newest = () => registration.installing || registration.waiting || registration.active;
     // The worker object changes as an update progresses; follow the newest one's state.
+    /** @type {ServiceWorker | null} */
     let watched = null;
     const stateTarget = new EventTarget();
     const follow = () => {
@@ -339,7 +548,8 @@ export async function registerOutbox({
       );
     } finally {
       registration.removeEventListener('updatefound', follow);
-      watched?.removeEventListener('statechange', relay);
+      // (`follow` assigns it; the cast keeps TypeScript from narrowing it to null here.)
+      /** @type {ServiceWorker | null} */ (watched)?.removeEventListener('statechange', relay);
     }
     client.registration = registration;
   } catch (err) {

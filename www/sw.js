@@ -23,6 +23,12 @@
  * itself is registered). Relative `precache` and `shellUrl` entries are resolved against
  * the registered script's URL. Unset fields take the defaults of the contract; without
  * SW_OUTBOX_CONFIG the demo's DEMO_CONFIG below applies.
+ *
+ * `self.SW_OUTBOX_SHELL_BUILD` (optional) is the site's own build id, e.g. a hash of its
+ * shell: the cache is then `sw-outbox-<outbox build>-<site build>`, so a deploy that
+ * changes only the site's files still precaches into a new cache, and activation deletes
+ * the old one. It is not a configuration field: the Rust side only gets the composed
+ * `build`.
  */
 /* global wasm_bindgen */
 'use strict';
@@ -30,10 +36,12 @@
 const BASE = new URL(self.SW_OUTBOX_BASE || './', self.location).href;
 importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js');
 
-/** The demo's own settings: its app shell. */
+/** The demo's own settings: its app shell, and the key window of the reference server
+ * it runs against (`--key-ttl 24h`, which `./build.sh demo` passes): a matching pair. */
 const DEMO_CONFIG = {
   precache: ['./', './index.html', './app.js', './app.css', './outbox-client.js',
     './manifest.webmanifest', './icon.svg'],
+  serverKeyTtlMs: 24 * 60 * 60 * 1000,
 };
 
 const CONFIG = Object.assign({}, self.SW_OUTBOX_CONFIG || DEMO_CONFIG);
@@ -41,7 +49,11 @@ const CONFIG = Object.assign({}, self.SW_OUTBOX_CONFIG || DEMO_CONFIG);
 // own `?swconfig=` through). A malformed value stops the worker from installing.
 const OVERRIDE = new URL(self.location.href).searchParams.get('config');
 if (OVERRIDE) Object.assign(CONFIG, JSON.parse(OVERRIDE));
-CONFIG.build = self.SW_OUTBOX_BUILD || 'dev';
+const SHELL_BUILD = self.SW_OUTBOX_SHELL_BUILD;
+if (SHELL_BUILD !== undefined && !(typeof SHELL_BUILD === 'string' && /^[\w.-]+$/.test(SHELL_BUILD))) {
+  throw new Error('sw-outbox: SW_OUTBOX_SHELL_BUILD may hold letters, digits, ".", "_" and "-" only');
+}
+CONFIG.build = (self.SW_OUTBOX_BUILD || 'dev') + (SHELL_BUILD ? `-${SHELL_BUILD}` : '');
 CONFIG.precache = (CONFIG.precache || []).map((u) => new URL(u, self.location).href);
 if (CONFIG.shellUrl) CONFIG.shellUrl = new URL(CONFIG.shellUrl, self.location).href;
 
@@ -87,10 +99,28 @@ function isActive() {
   return !me || me.state === 'activating' || me.state === 'activated';
 }
 
-/** The once-per-start flush (a non-empty queue left by an earlier run is sent). */
+/** The once-per-start flush (a non-empty queue left by an earlier run is sent). It
+ * also puts back app-shell entries a CLEAR_DEVICE could not fetch again (offline). */
 function startFlush(o) {
-  if (!startup) startup = o.handle_start().catch((e) => console.error('sw-outbox: start flush', e));
+  if (!startup) {
+    startup = Promise.all([
+      o.handle_start().catch((e) => console.error('sw-outbox: start flush', e)),
+      restoreShell(),
+    ]);
+  }
   return startup;
+}
+
+/** Adds back precached files missing from this build's cache. */
+async function restoreShell() {
+  try {
+    const cache = await caches.open(CACHE);
+    for (const url of CONFIG.precache) {
+      if (!(await cache.match(url))) await cache.add(url).catch(() => {});
+    }
+  } catch (e) {
+    console.warn('sw-outbox: app shell not restored', e);
+  }
 }
 
 /** The message an active worker sends a waiting one to renew its skipWaiting(). */
@@ -141,9 +171,12 @@ self.addEventListener('activate', (event) => {
     for (const name of await caches.keys()) {
       if (name.startsWith(CACHE_PREFIX) && name !== CACHE) await caches.delete(name);
     }
+    // Another version may have changed the session or the queue while this one
+    // waited: its view is checked before it answers anything (fetches wait for this).
+    await outbox().then((o) => o.handle_activate()).catch(() => {});
     await self.clients.claim();
     // The start flush runs now that this worker is active; activation does not wait
-    // for it (fetches wait for activation).
+    // for it.
     outbox().then(startFlush).catch(() => {});
   })());
 });
@@ -184,7 +217,7 @@ self.addEventListener('sync', (event) => {
 self.addEventListener('notificationclick', (event) => {
   nudgeWaiting();
   event.notification.close();
-  event.waitUntil(outbox().then((o) => o.handle_notification_click()));
+  event.waitUntil(outbox().then((o) => o.handle_notification_click(event.notification.data ?? null)));
 });
 
 self.addEventListener('online', () => {

@@ -65,11 +65,20 @@ const adapters = {
     async clear() { const r = await call({ op: 'clear' }); if (!r.ok) throw new Error(r.error); },
     async size() { return (await call({ op: 'size' })).size; },
   },
+  // The plain-JS outbox (bench/raw/plain-outbox-sw.js): a message runs its replay.
+  plain: {
+    async register(url) { await registerAndControl(url); },
+    async ready() {},
+    async replay() { return call({ op: 'replay' }); },
+    async clear() { const r = await call({ op: 'clear' }); if (!r.ok) throw new Error(r.error); },
+    async size() { return (await call({ op: 'size' })).size; },
+  },
+  // The raw-limit worker (bench/raw/raw-sw.js): loops only, no outbox.
   raw: {
     async register(url) { await registerAndControl(url); },
     async ready() {},
-    async replay() { return { ok: false, reason: 'the raw subject has no replay' }; },
-    async clear() { const r = await call({ op: 'clear' }); if (!r.ok) throw new Error(r.error); },
+    async replay() { return { ok: false, reason: 'the raw-limit worker has no outbox' }; },
+    async clear() {},
     async size() { return null; },
   },
 };
@@ -137,6 +146,18 @@ window.bench = {
     return { totalMs: performance.now() - t0, statuses };
   },
   replay: () => adapter.replay(),
+  /** Unregisters this origin's worker, so it stops once the page is closed. */
+  async unregister() {
+    const reg = await navigator.serviceWorker.getRegistration('/');
+    return reg ? reg.unregister() : false;
+  },
+  /** The same tight loop as the raw worker's `busy`, timed on the page's thread. */
+  busy(iterations = 2e7) {
+    const t0 = performance.now();
+    let h = 0x811c9dc5;
+    for (let i = 0; i < iterations; i++) h = Math.imul(h ^ i, 0x01000193) >>> 0;
+    return { ms: performance.now() - t0, h };
+  },
   sleep,
 };
 window.benchReady = true;

@@ -5,8 +5,9 @@
 //   idb-one     N adds in one readwrite transaction (default durability)
 //   post        N POSTs to the live server, `lanes` at a time (1 = sequential)
 //   post-fail   N POSTs while the server drops connections: the cost of the failed attempt
-// Its fetch handler is also a minimal plain-JS outbox (the floor for enqueue): try the
-// network; on a network failure store {path, body bytes} with one strict transaction, 202.
+//   busy        a fixed tight loop (no I/O): how fast this worker's thread runs, so a run can
+//               check that a CPU slowdown really reaches the service worker thread
+// (The plain-JS outbox subject is plain-outbox-sw.js; this worker has no fetch handler.)
 'use strict';
 let dbp = null;
 function db() {
@@ -14,7 +15,6 @@ function db() {
     const r = indexedDB.open('raw-limit', 1);
     r.onupgradeneeded = () => {
       r.result.createObjectStore('loop', { keyPath: 'id', autoIncrement: true });
-      r.result.createObjectStore('outbox', { keyPath: 'id', autoIncrement: true });
     };
     r.onsuccess = () => ok(r.result);
     r.onerror = () => fail(r.error);
@@ -36,7 +36,16 @@ function clearStore(d, store) {
 }
 const value = (i, bytes) => ({ path: `/raw/${i}`, body: new Uint8Array(bytes), timestamp: Date.now() });
 
-async function loop({ op, n, bytes = 1024, lanes = 1 }) {
+/** A fixed amount of pure computation (integer mixing), timed on this thread. */
+function busy(iterations) {
+  const t0 = performance.now();
+  let h = 0x811c9dc5;
+  for (let i = 0; i < iterations; i++) h = Math.imul(h ^ i, 0x01000193) >>> 0;
+  return { ms: performance.now() - t0, h };
+}
+
+async function loop({ op, n, bytes = 1024, lanes = 1, iterations = 2e7 }) {
+  if (op === 'busy') return { ok: true, op, ...busy(iterations) };
   const d = await db();
   await clearStore(d, 'loop');
   const per = [];
@@ -83,25 +92,6 @@ self.addEventListener('message', (event) => {
   const port = event.ports[0];
   const reply = (m) => (port ? port.postMessage(m) : event.source.postMessage(m));
   const m = event.data || {};
-  let work;
-  if (m.op === 'clear') work = db().then((d) => clearStore(d, 'outbox')).then(() => ({ ok: true }));
-  else work = loop(m);
+  const work = loop(m);
   event.waitUntil(work.then(reply, (e) => reply({ ok: false, error: String(e && e.message || e) })));
-});
-
-const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
-self.addEventListener('fetch', (event) => {
-  const request = event.request;
-  const url = new URL(request.url);
-  if (url.origin !== self.location.origin || !url.pathname.startsWith('/api/') || !WRITES.has(request.method)) return;
-  event.respondWith((async () => {
-    const copy = request.clone();
-    try {
-      return await fetch(request);
-    } catch {
-      const body = new Uint8Array(await copy.arrayBuffer());
-      await add(await db(), 'outbox', { path: url.pathname + url.search, body, timestamp: Date.now() }, 'strict');
-      return new Response('{"queued":true}', { status: 202, headers: { 'Content-Type': 'application/json' } });
-    }
-  })());
 });

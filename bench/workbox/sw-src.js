@@ -1,6 +1,10 @@
-// Workbox subject: workbox-background-sync's Queue, the way its docs use it, with one
-// addition for the benchmark: replays are serialized (a `sync` event and the page's
-// "replay" message never run replayRequests() concurrently, which would send records twice).
+// Workbox subject: workbox-background-sync's Queue, the way its docs use it (a fetch handler
+// that calls pushRequest when the network fails; replayRequests as the sync handler), with
+// one addition for the benchmark: the page can start the replay by a message, and replays
+// are serialized (a `sync` event and the message never run replayRequests() concurrently,
+// which would send records twice). The browser fires the first `sync` right after the first
+// pushRequest, since it believes it is online; that attempt fails against the down server,
+// the record goes back, and Chromium retries only minutes later.
 // Bundled by run.mjs with esbuild (minified, NODE_ENV=production) into bench/out/workbox/.
 // Note: Workbox commits each queued request in its own readwrite transaction with
 // durability "relaxed" (lib/QueueDb.js), and answers 202 here only after pushRequest resolved.
@@ -40,7 +44,8 @@ self.addEventListener('message', (event) => {
   let work;
   if (op === 'replay') work = replayOnce(queue).then(() => ({ ok: true }));
   else if (op === 'clear') work = (async () => { let n = 0; while (await queue.shiftRequest()) n += 1; return { ok: true, cleared: n }; })();
-  else if (op === 'size') work = queue.size().then((size) => ({ ok: true, size }));
+  // (after any replay in progress: a sync event's attempt holds one shifted record meanwhile)
+  else if (op === 'size') work = chain.catch(() => {}).then(() => queue.size()).then((size) => ({ ok: true, size }));
   else work = Promise.resolve({ ok: false, error: `unknown op ${op}` });
   event.waitUntil(work.then(reply, (e) => reply({ ok: false, error: String(e && e.message || e) })));
 });

@@ -2,34 +2,43 @@
 //!
 //! 1. logged in the requests log (test modes read it);
 //! 2. network down → connection dropped;
-//! 3. fault rules (`refuse`, `hang`, `status`, `outcome-unknown` act here, before anything
-//!    is claimed; `drop-after-commit` and `delay` act around the route);
-//! 4. data writes: session (401), CSRF (403), expected account (409) — nothing claimed yet;
-//! 5. keyed data writes: key shape (400), then the ledger ([`crate::idempotency::run`]);
+//! 3. fault rules (`refuse`, `hang`, `status`, `outcome-unknown`, `redirect`, `stall-body`
+//!    act here, before anything is claimed; `drop-after-commit` acts after the answer;
+//!    `delay` and `stored-status` act inside the ledger, in place of the route);
+//! 4. writes: Origin / `Sec-Fetch-Site` (403); data writes then: session (401), CSRF (403),
+//!    expected account (409), the session's write budget (429) — nothing claimed yet;
+//! 5. the idempotency layer (`sw_outbox_idempotency`) for keyed data writes: key shape
+//!    (400), claim, replay, wait…;
 //! 6. the route.
 //!
-//! Auth routes skip 4 and 5: they are never queued by the outbox, and login has no
-//! session to scope a key by.
+//! Auth routes skip the session checks and the ledger: they are never queued by the
+//! outbox, and login has no session to scope a key by.
 
 use crate::auth::{self, CurrentSession};
-use crate::config::{Config, LedgerTimings, Mode};
+use crate::config::{Config, Mode};
 use crate::control::{self, Control, RequestEntry};
-use crate::faults::Fault;
-use crate::http_util::{default_cache_control, detail, drop_connection, header_str, storage_error};
-use crate::idempotency;
-use crate::ledger::{Ledger, Scope, SqliteLedger};
-use crate::ledger_pg::PgLedger;
+use crate::faults::{Fault, Injected};
+use crate::http_util::{
+    default_cache_control, detail, drop_connection, header_str, storage_error, too_many,
+};
+use crate::limits::{Budget, Throttle};
 use crate::routes;
-use crate::statics::{self, Www};
-use crate::store::{Db, Store, WriteInfo};
-use axum::body::{to_bytes, Body};
+use crate::security::OriginPolicy;
+use crate::static_files;
+use crate::store::{Db, SessionLife, Store, WriteMeta};
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::middleware::{from_fn_with_state, Next};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
 use axum::response::Response;
-use axum::routing::{any, get, patch, post};
+use axum::routing::{any, get, post};
 use axum::Router;
+use futures_util::stream::{self, StreamExt};
+use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+use sw_outbox_idempotency::{IdempotencyLayer, Ledger, PgLedger, Settings, SqliteLedger};
 
 /// Shared state of all routes.
 #[derive(Clone)]
@@ -37,36 +46,48 @@ pub struct App {
     pub store: Store,
     pub ledger: Arc<dyn Ledger>,
     pub control: Arc<Control>,
-    pub timings: LedgerTimings,
+    pub idempotency: Settings,
     pub mode: Mode,
     pub max_request_body: usize,
+    pub origins: Arc<OriginPolicy>,
+    /// A configured origin is https: cookies are `Secure` whatever the request says.
+    pub https_origin: bool,
+    pub session_life: SessionLife,
+    pub session_max: Duration,
+    pub login_throttle: Arc<Throttle>,
+    pub write_budget: Arc<Budget>,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl App {
-    /// Opens the database and builds the state with the SQLite ledger.
-    pub fn open(config: &Config) -> Result<App, String> {
-        let db = Db::open(&config.db).map_err(|e| format!("opening {}: {e}", config.db))?;
-        let store = Store::new(db.clone()).map_err(|e| e.to_string())?;
-        let ledger = SqliteLedger::new(db).map_err(|e| e.to_string())?;
-        Ok(App::with_ledger(config, store, Arc::new(ledger)))
-    }
-
-    /// Like [`App::open`], but with the ledger `config.ledger` names, when it names one: the
-    /// demo data stays in `config.db` either way.
+    /// Opens the database and builds the state with the ledger `config.ledger` names (the
+    /// SQLite ledger in `config.db` when it names none).
     pub async fn connect(config: &Config) -> Result<App, String> {
-        let Some(url) = &config.ledger else {
-            return App::open(config);
-        };
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(format!(
-                "--ledger takes a postgres:// URL (got {url:?}); without it the ledger is in --db"
-            ));
-        }
         let db = Db::open(&config.db).map_err(|e| format!("opening {}: {e}", config.db))?;
         let store = Store::new(db).map_err(|e| e.to_string())?;
-        // The URL may hold a password: the error names the backend, never the URL.
-        let ledger = PgLedger::connect(url).await.map_err(|e| e.to_string())?;
-        Ok(App::with_ledger(config, store, Arc::new(ledger)))
+        let ledger: Arc<dyn Ledger> = match &config.ledger {
+            None => Arc::new(
+                SqliteLedger::open_with(&config.db, config.ledger_lock_wait)
+                    .map_err(|e| format!("opening the ledger in {}: {e}", config.db))?,
+            ),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                // The URL may hold a password: the error names the backend, never the URL.
+                Arc::new(
+                    PgLedger::connect_with(url, config.ledger_lock_wait)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                )
+            }
+            Some(url) => {
+                return Err(format!(
+                "--ledger takes a postgres:// URL (got {url:?}); without it the ledger is in --db"
+            ))
+            }
+        };
+        Ok(App::with_ledger(config, store, ledger))
     }
 
     /// The state with another [`Ledger`] backend.
@@ -75,14 +96,48 @@ impl App {
             store,
             ledger,
             control: Arc::new(Control::default()),
-            timings: config.timings,
+            idempotency: config.idempotency.clone(),
             mode: config.mode,
             max_request_body: config.max_request_body,
+            origins: Arc::new(OriginPolicy::new(config.origins.clone(), config.host)),
+            https_origin: config.origins.iter().any(|o| o.starts_with("https://")),
+            session_life: SessionLife {
+                idle_ms: ms(config.session_idle),
+                max_ms: ms(config.session_max),
+            },
+            session_max: config.session_max,
+            login_throttle: Arc::new(Throttle::new(config.login_throttle)),
+            write_budget: Arc::new(Budget::new(config.write_budget)),
         }
     }
 }
 
-pub fn router(app: App, www: Www) -> Router {
+/// `^/api/auth(/|\?|$)`, case-insensitively, as the outbox's `authRoutePattern`.
+fn is_auth_route(path: &str) -> bool {
+    let lower = path.to_ascii_lowercase();
+    lower == "/api/auth" || lower.starts_with("/api/auth/")
+}
+
+fn is_write(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+/// The account a keyed write is scoped by: the session the pipeline resolved. Auth routes
+/// have none, so the layer lets them through.
+fn account_of(parts: &Parts) -> Option<String> {
+    if is_auth_route(parts.uri.path()) {
+        return None;
+    }
+    let session = parts.extensions.get::<CurrentSession>()?.0.as_ref()?;
+    Some(session.user.clone())
+}
+
+pub fn router(app: App, www: &Path) -> Router {
+    let layer = IdempotencyLayer::new(app.ledger.clone(), account_of)
+        .with_settings(app.idempotency.clone());
     let api = Router::new()
         .route("/api/auth/login", post(auth::login))
         .route("/api/auth/logout", post(auth::logout))
@@ -93,37 +148,73 @@ pub fn router(app: App, www: Www) -> Router {
         )
         .route(
             "/api/projects/{pid}/tasks/{id}",
-            patch(routes::update_task).delete(routes::delete_task),
+            get(routes::get_task)
+                .patch(routes::update_task)
+                .delete(routes::delete_task),
         )
         .route(
             "/api/notes",
             get(routes::list_notes).post(routes::create_note),
         )
         .route("/api/{*rest}", any(routes::not_found))
+        // Innermost first: the faults that stand in for the route, the ledger around
+        // them, the pipeline around everything.
+        .layer(from_fn(in_place_of_route))
+        .layer(layer)
         .layer(from_fn_with_state(app.clone(), pipeline));
     let mut router = api;
     if app.mode.has_control() {
-        router = router.merge(control::router());
+        router = router.merge(control::router(app.clone()));
     }
     router
         .with_state(app)
-        .fallback_service(get(statics::serve).with_state(www))
+        .fallback_service(static_files::service(www))
 }
 
-fn is_write(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-    )
+/// A fault that acts inside the ledger, handed from the pipeline to [`in_place_of_route`].
+#[derive(Clone, Debug)]
+enum InnerFault {
+    Delay(Duration),
+    Answer(Injected),
 }
 
-/// `^/api/auth(/|\?|$)`, case-insensitively, as the outbox's `authRoutePattern`.
-fn is_auth_route(path: &str) -> bool {
-    let lower = path.to_ascii_lowercase();
-    lower == "/api/auth" || lower.starts_with("/api/auth/")
+/// Between the ledger and the route: `delay` waits (the key is already claimed), then runs
+/// the route; `stored-status` answers instead of the route, and the ledger stores that.
+async fn in_place_of_route(req: Request, next: Next) -> Response {
+    match req.extensions().get::<InnerFault>().cloned() {
+        Some(InnerFault::Answer(injected)) => injected.response(),
+        Some(InnerFault::Delay(d)) => {
+            tokio::time::sleep(d).await;
+            next.run(req).await
+        }
+        None => next.run(req).await,
+    }
 }
 
-async fn pipeline(State(app): State<App>, req: Request, next: Next) -> Response {
+/// Headers and the first bytes of a body, then nothing until the client goes away (hyper
+/// drops the body when the connection closes).
+fn stalled(status: u16, content_type: &str, prefix: &str) -> Response {
+    let first = stream::once(std::future::ready(Ok::<_, std::io::Error>(Bytes::from(
+        prefix.to_owned(),
+    ))));
+    let mut resp = Response::new(Body::from_stream(first.chain(stream::pending())));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+fn redirect(status: u16, location: &str) -> Response {
+    let mut resp = Response::new(Body::empty());
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::FOUND);
+    if let Ok(v) = HeaderValue::from_str(location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+async fn pipeline(State(app): State<App>, mut req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let path_q = req
@@ -133,7 +224,7 @@ async fn pipeline(State(app): State<App>, req: Request, next: Next) -> Response 
         .unwrap_or_else(|| path.clone());
     let headers = req.headers();
     let key = header_str(headers, "idempotency-key");
-    let session = match auth::lookup(&app.store, headers) {
+    let session = match auth::lookup(&app.store, headers, app.session_life) {
         Ok(s) => s,
         Err(e) => return storage_error(e),
     };
@@ -151,95 +242,86 @@ async fn pipeline(State(app): State<App>, req: Request, next: Next) -> Response 
     if app.control.network_down() {
         return drop_connection();
     }
-    let fault = app.control.take_fault(method.as_str(), &path);
     let mut drop_after = false;
-    let mut delay = None;
-    match fault {
+    match app.control.take_fault(method.as_str(), &path) {
         Some(Fault::Refuse) => return drop_connection(),
         // Never answers; hyper drops this future when the client goes away.
         Some(Fault::Hang) => return std::future::pending::<Response>().await,
-        Some(Fault::Status {
-            status,
-            retry_after,
-        }) => {
-            let code = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-            let mut resp = detail(code, "injected");
-            if let Some(v) = retry_after.and_then(|v| HeaderValue::from_str(&v).ok()) {
-                resp.headers_mut().insert(header::RETRY_AFTER, v);
-            }
-            return finish(&app, seq, resp);
-        }
+        Some(Fault::Status(injected)) => return finish(&app, seq, injected.response()),
         Some(Fault::OutcomeUnknown) => {
             let resp = detail(StatusCode::CONFLICT, "idempotency_outcome_unknown");
             return finish(&app, seq, resp);
         }
+        Some(Fault::Redirect { status, location }) => {
+            return finish(&app, seq, redirect(status, &location))
+        }
+        Some(Fault::StallBody {
+            status,
+            content_type,
+            prefix,
+        }) => return finish(&app, seq, stalled(status, &content_type, &prefix)),
         Some(Fault::DropAfterCommit) => drop_after = true,
-        Some(Fault::Delay(d)) => delay = Some(d),
+        Some(Fault::Delay(d)) => {
+            req.extensions_mut().insert(InnerFault::Delay(d));
+        }
+        Some(Fault::StoredStatus(injected)) => {
+            req.extensions_mut().insert(InnerFault::Answer(injected));
+        }
         None => {}
     }
 
-    let resp = handle(&app, req, next, session, key, &method, &path_q, delay).await;
+    if let Err(resp) = admit(&app, &req, session.as_ref(), &method) {
+        return finish(&app, seq, resp);
+    }
+    if req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .is_some_and(|n| n > app.max_request_body)
+    {
+        let resp = detail(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large");
+        return finish(&app, seq, resp);
+    }
+    req.extensions_mut().insert(CurrentSession(session));
+    req.extensions_mut().insert(WriteMeta {
+        method: method.to_string(),
+        path: path_q,
+        key,
+    });
+    let resp = next.run(req).await;
     if drop_after {
         return drop_connection();
     }
     finish(&app, seq, resp)
 }
 
+/// The checks a write passes before anything is claimed.
+fn admit(
+    app: &App,
+    req: &Request,
+    session: Option<&crate::store::Session>,
+    method: &Method,
+) -> Result<(), Response> {
+    if !is_write(method) {
+        return Ok(());
+    }
+    if !app.origins.write_allowed(req.headers()) {
+        return Err(detail(StatusCode::FORBIDDEN, "origin_refused"));
+    }
+    if is_auth_route(req.uri().path()) {
+        return Ok(());
+    }
+    auth::check_write(session, req.headers())?;
+    if let Some(s) = session {
+        if let Err(wait) = app.write_budget.take(&s.sid, Instant::now()) {
+            return Err(too_many("write_budget_exceeded", wait));
+        }
+    }
+    Ok(())
+}
+
 fn finish(app: &App, seq: u64, mut resp: Response) -> Response {
     app.control.set_status(seq, resp.status().as_u16());
     default_cache_control(&mut resp, "no-store");
     resp
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn handle(
-    app: &App,
-    req: Request,
-    next: Next,
-    session: Option<crate::store::Session>,
-    key: Option<String>,
-    method: &Method,
-    path_q: &str,
-    delay: Option<std::time::Duration>,
-) -> Response {
-    let write = is_write(method) && !is_auth_route(req.uri().path());
-    if write {
-        if let Err(resp) = auth::check_write(session.as_ref(), req.headers()) {
-            return resp;
-        }
-        if key.as_deref().is_some_and(|k| !idempotency::valid_key(k)) {
-            return detail(StatusCode::BAD_REQUEST, "idempotency_key_invalid");
-        }
-    }
-
-    let (mut parts, body) = req.into_parts();
-    let bytes = match to_bytes(body, app.max_request_body).await {
-        Ok(b) => b,
-        Err(_) => return detail(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
-    };
-    parts.extensions.insert(CurrentSession(session.clone()));
-    parts.extensions.insert(WriteInfo {
-        method: method.to_string(),
-        path: path_q.to_owned(),
-        key: key.clone(),
-        body: String::from_utf8_lossy(&bytes).into_owned(),
-    });
-    let fp = idempotency::fingerprint(method.as_str(), path_q, &bytes);
-    let req = Request::from_parts(parts, Body::from(bytes));
-    let route = async move {
-        if let Some(d) = delay {
-            tokio::time::sleep(d).await;
-        }
-        next.run(req).await
-    };
-    match (write, key, session) {
-        (true, Some(key), Some(session)) => {
-            let scope = Scope {
-                account: session.user,
-                key,
-            };
-            idempotency::run(app, scope, fp, route).await
-        }
-        _ => route.await,
-    }
 }

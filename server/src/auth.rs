@@ -1,21 +1,27 @@
-//! Cookie sessions and CSRF for the two demo accounts.
+//! Cookie sessions, CSRF and the login throttle for the two demo accounts.
 //!
-//! The session id travels in an HttpOnly cookie (script cannot read it); the CSRF token is
-//! handed to the page (and to the worker, via `/api/auth/me`) and must come back in
-//! `X-CSRF-Token` on every data write, which a cross-site form cannot do.
+//! The session id travels in an HttpOnly, `SameSite=Strict` cookie (script cannot read it,
+//! and no other site's page can make the browser send it), `Secure` when the site is served
+//! over https. Sessions end after `session_idle` without use and `session_max` after
+//! sign-in. The CSRF token is handed to the page (and to the worker, via `/api/auth/me`)
+//! and must come back in `X-CSRF-Token` on every data write.
 
 use crate::app::App;
 use crate::http_util::{
-    constant_time_eq, detail, json_response, parse_json, random_token, storage_error,
+    constant_time_eq, detail, json_response, now_ms, parse_json, random_token, read_body,
+    storage_error, too_many,
 };
-use crate::store::{Session, Store, StoreError};
-use axum::body::Bytes;
+use crate::security::served_over_https;
+use crate::store::{Session, SessionLife, Store, StoreError};
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::Extension;
 use serde::Deserialize;
 use serde_json::json;
+use std::net::SocketAddr;
+use std::time::Instant;
 
 pub const SESSION_COOKIE: &str = "sid";
 const ACCOUNTS: &[&str] = &["alice", "bob"];
@@ -24,6 +30,10 @@ const ACCOUNTS: &[&str] = &["alice", "bob"];
 /// routes as an extension.
 #[derive(Clone, Debug, Default)]
 pub struct CurrentSession(pub Option<Session>);
+
+/// The peer address of the connection, put in each request by the connection loop.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub SocketAddr);
 
 /// The value of the `sid` cookie, if any.
 pub fn session_id(headers: &HeaderMap) -> Option<String> {
@@ -38,9 +48,14 @@ pub fn session_id(headers: &HeaderMap) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-pub fn lookup(store: &Store, headers: &HeaderMap) -> Result<Option<Session>, StoreError> {
+/// The live session the request's cookie names.
+pub fn lookup(
+    store: &Store,
+    headers: &HeaderMap,
+    life: SessionLife,
+) -> Result<Option<Session>, StoreError> {
     match session_id(headers) {
-        Some(sid) => store.session(&sid),
+        Some(sid) => store.session(&sid, now_ms(), life),
         None => Ok(None),
     }
 }
@@ -72,37 +87,69 @@ struct LoginBody {
     password: String,
 }
 
-fn cookie(value: &str) -> Option<HeaderValue> {
-    HeaderValue::from_str(value).ok()
+/// The `Set-Cookie` value for `sid` (empty and `Max-Age=0` to clear it).
+fn cookie(app: &App, headers: &HeaderMap, sid: &str, max_age_s: u64) -> Option<HeaderValue> {
+    let secure = served_over_https(headers) || app.https_origin;
+    let value = format!(
+        "{SESSION_COOKIE}={sid}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age_s}{}",
+        if secure { "; Secure" } else { "" }
+    );
+    HeaderValue::from_str(&value).ok()
 }
 
 pub async fn login(
     State(app): State<App>,
     Extension(current): Extension<CurrentSession>,
-    body: Bytes,
+    client: Option<Extension<ClientAddr>>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Response {
+    let body = match read_body(body, app.max_request_body).await {
+        Ok(b) => b,
+        Err(resp) => return resp,
+    };
     let creds: LoginBody = match parse_json(&body) {
         Ok(c) => c,
         Err(resp) => return resp,
     };
+    // Failures count per account name and per client address: guessing one account's
+    // password and trying one password on many accounts are both slowed down.
+    let now = Instant::now();
+    let by_account = format!("account:{}", creds.user_id.to_lowercase());
+    let by_address = match client {
+        Some(Extension(ClientAddr(addr))) => format!("address:{}", addr.ip()),
+        None => "address:unknown".to_owned(),
+    };
+    for key in [&by_account, &by_address] {
+        if let Err(wait) = app.login_throttle.check(key, now) {
+            return too_many("too_many_login_attempts", wait);
+        }
+    }
     if !ACCOUNTS.contains(&creds.user_id.as_str()) || creds.password != creds.user_id {
+        app.login_throttle.fail(&by_account, now);
+        app.login_throttle.fail(&by_address, now);
         return detail(StatusCode::UNAUTHORIZED, "invalid_credentials");
     }
+    app.login_throttle.clear(&by_account);
     // A new login replaces whatever session the browser had (never two live sessions in
     // one cookie jar, and a fresh CSRF token).
     if let Some(old) = current.0 {
         if let Err(e) = app.store.delete_session(&old.sid) {
             return storage_error(e);
         }
+        app.write_budget.forget(&old.sid);
     }
     let (sid, csrf) = match (random_token(), random_token()) {
         (Ok(s), Ok(c)) => (s, c),
         (Err(e), _) | (_, Err(e)) => return storage_error(e),
     };
+    let at = now_ms();
     let session = Session {
         sid,
         user: creds.user_id,
         csrf,
+        created_ms: at,
+        seen_ms: at,
     };
     if let Err(e) = app.store.create_session(&session) {
         return storage_error(e);
@@ -111,10 +158,7 @@ pub async fn login(
         StatusCode::OK,
         json!({ "user": { "id": session.user }, "csrfToken": session.csrf }),
     );
-    if let Some(v) = cookie(&format!(
-        "{SESSION_COOKIE}={}; HttpOnly; SameSite=Lax; Path=/",
-        session.sid
-    )) {
+    if let Some(v) = cookie(&app, &headers, &session.sid, app.session_max.as_secs()) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
     resp
@@ -123,16 +167,16 @@ pub async fn login(
 pub async fn logout(
     State(app): State<App>,
     Extension(current): Extension<CurrentSession>,
+    headers: HeaderMap,
 ) -> Response {
     if let Some(session) = current.0 {
         if let Err(e) = app.store.delete_session(&session.sid) {
             return storage_error(e);
         }
+        app.write_budget.forget(&session.sid);
     }
     let mut resp = json_response(StatusCode::OK, json!({ "ok": true }));
-    if let Some(v) = cookie(&format!(
-        "{SESSION_COOKIE}=; HttpOnly; SameSite=Lax; Path=/; Max-Age=0"
-    )) {
+    if let Some(v) = cookie(&app, &headers, "", 0) {
         resp.headers_mut().insert(header::SET_COOKIE, v);
     }
     resp

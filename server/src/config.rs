@@ -1,10 +1,13 @@
-//! Run-time configuration: the command-line flags of docs/SERVER-API.md plus the ledger's
-//! timing bounds, which are fields (not constants) so tests can shrink the 10 s stale bound
-//! and the 24 h expiry to milliseconds.
+//! Run-time configuration: every flag of docs/SERVER-API.md as a field, with its default.
+//!
+//! The ledger's bounds are the library's [`Settings`]; `--mode test` shortens four of them
+//! (see [`Config::for_mode`]) so the browser suites reach "in progress" and "outcome
+//! unknown" within their own waits. Every bound can still be set by flag in every mode.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
+use sw_outbox_idempotency::{Settings, DEFAULT_LOCK_WAIT};
 
 /// Which routes exist. `/__control/` is a remote switch for breaking the server, so it must
 /// never be reachable in `prod`.
@@ -31,39 +34,12 @@ impl Mode {
     }
 }
 
-/// The bounds of the idempotency protocol (see [`crate::idempotency`]).
-#[derive(Clone, Copy, Debug)]
-pub struct LedgerTimings {
-    /// How long a duplicate waits for a running first attempt before answering
-    /// 409 `idempotency_in_progress`.
-    pub in_progress_wait: Duration,
-    /// How often a waiting duplicate re-reads the ledger. Polling (rather than an in-process
-    /// notification) keeps the protocol correct when several server processes share one
-    /// database.
-    pub in_progress_poll: Duration,
-    /// A running claim whose heartbeat is older than this is considered dead:
-    /// 409 `idempotency_outcome_unknown`, never re-run.
-    pub stale_after: Duration,
-    /// How often a running request refreshes its claim's heartbeat. Must be well below
-    /// `stale_after`, so a slow-but-alive request is never mistaken for a dead one.
-    pub heartbeat_every: Duration,
-    /// Entries older than this no longer exist: the key applies again.
-    pub expiry: Duration,
-    /// How often expired entries are deleted.
-    pub prune_every: Duration,
-}
-
-impl Default for LedgerTimings {
-    fn default() -> Self {
-        LedgerTimings {
-            in_progress_wait: Duration::from_secs(2),
-            in_progress_poll: Duration::from_millis(50),
-            stale_after: Duration::from_secs(10),
-            heartbeat_every: Duration::from_millis(2500),
-            expiry: Duration::from_secs(24 * 60 * 60),
-            prune_every: Duration::from_secs(60),
-        }
-    }
+/// At most `count` events per `per` (a sliding window for the login throttle, a token
+/// bucket of that size and refill for the write budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub count: u32,
+    pub per: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -72,33 +48,176 @@ pub struct Config {
     /// `0` picks a free port; the real one is in [`crate::RunningServer::addr`].
     pub port: u16,
     pub www: PathBuf,
-    /// A file path, or `:memory:`.
+    /// A file path, or `:memory:`: demo data and sessions, and the ledger (a connection of
+    /// its own) unless `ledger` names PostgreSQL.
     pub db: String,
-    /// `Some(postgres://…)`: keep the idempotency ledger in that PostgreSQL database instead
-    /// of `db`, so several server processes share it. The demo data stays in `db`.
+    /// `Some(postgres://…)`: keep the idempotency ledger in that PostgreSQL database, so
+    /// several server processes share it.
     pub ledger: Option<String>,
     pub mode: Mode,
-    pub timings: LedgerTimings,
-    /// Largest request body read (bigger → 413). The outbox itself refuses to queue more
-    /// than 1 MiB, so 2 MiB leaves room for pages that send directly.
+    /// The idempotency layer's bounds; the reference server also stores and replays `ETag`.
+    pub idempotency: Settings,
+    /// How long a ledger call waits for a lock or a connection before answering 503.
+    pub ledger_lock_wait: Duration,
+    /// Largest request body a route reads (bigger → 413). Bodies over the layer's bound
+    /// (1 MiB) are applied without idempotency.
     pub max_request_body: usize,
     /// How long graceful shutdown waits for open connections (a `hang` fault never ends
     /// on its own).
     pub shutdown_grace: Duration,
+    /// The site's own origins (`https://app.example`), for the Origin check on writes and
+    /// the control routes. Empty: the origin the request's `Host` names (and, for the
+    /// control routes, only a loopback or bound-address host).
+    pub origins: Vec<String>,
+    /// A session not used for this long is over.
+    pub session_idle: Duration,
+    /// A session is over this long after sign-in, used or not.
+    pub session_max: Duration,
+    /// Failed sign-ins allowed per account name and per client address.
+    pub login_throttle: Rate,
+    /// Data writes allowed per session.
+    pub write_budget: Rate,
+    /// How often expired sessions and idle throttle entries are deleted.
+    pub prune_every: Duration,
 }
 
-impl Default for Config {
-    fn default() -> Self {
+impl Config {
+    /// The defaults of `mode`. In `test` mode a duplicate waits 2 s (polling every 50 ms)
+    /// and a claim is stale after 10 s without a heartbeat (every 2.5 s): the end-to-end
+    /// suites script those states and wait for them; `prod` and `demo` keep the design's
+    /// 25 s / 250 ms / 30 s / 10 s.
+    pub fn for_mode(mode: Mode) -> Config {
+        let mut idempotency = Settings::default();
+        idempotency.stored_headers.push(axum::http::header::ETAG);
+        if mode == Mode::Test {
+            idempotency.in_progress_wait = Duration::from_secs(2);
+            idempotency.in_progress_poll = Duration::from_millis(50);
+            idempotency.heartbeat_every = Duration::from_millis(2500);
+            idempotency.stale_after = Duration::from_secs(10);
+        }
         Config {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 8080,
             www: PathBuf::from("www"),
             db: "sw-outbox-server.sqlite".to_owned(),
             ledger: None,
-            mode: Mode::Prod,
-            timings: LedgerTimings::default(),
+            mode,
+            idempotency,
+            ledger_lock_wait: DEFAULT_LOCK_WAIT,
             max_request_body: 2 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(2),
+            origins: Vec::new(),
+            session_idle: Duration::from_secs(24 * 60 * 60),
+            session_max: Duration::from_secs(7 * 24 * 60 * 60),
+            login_throttle: Rate {
+                count: 5,
+                per: Duration::from_secs(60),
+            },
+            write_budget: Rate {
+                count: 600,
+                per: Duration::from_secs(60),
+            },
+            prune_every: Duration::from_secs(60),
         }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config::for_mode(Mode::Prod)
+    }
+}
+
+/// `90s`, `10m`, `24h`, `7d`, `250ms`, or a bare number of milliseconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 250ms, 90s, 10m, 24h, 7d)"))?;
+    let ms_per = match unit {
+        "" | "ms" => 1,
+        "s" => 1000,
+        "m" => 60 * 1000,
+        "h" => 60 * 60 * 1000,
+        "d" => 24 * 60 * 60 * 1000,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m, h, d)")),
+    };
+    n.checked_mul(ms_per)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("{s:?} is too long"))
+}
+
+/// `COUNT/DURATION`, e.g. `5/60s`, `600/1m`.
+pub fn parse_rate(s: &str) -> Result<Rate, String> {
+    let (count, per) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?} is not a rate (e.g. 5/60s)"))?;
+    let count: u32 = count
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: bad count {count:?}"))?;
+    let per = parse_duration(per)?;
+    if count == 0 || per.is_zero() {
+        return Err(format!(
+            "{s:?}: the count and the duration must be above zero"
+        ));
+    }
+    Ok(Rate { count, per })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let ok =
+            |s: &str, ms: u64| assert_eq!(parse_duration(s), Ok(Duration::from_millis(ms)), "{s}");
+        ok("90s", 90_000);
+        ok("10m", 600_000);
+        ok("24h", 86_400_000);
+        ok("7d", 604_800_000);
+        ok("250ms", 250);
+        ok("1500", 1500);
+        for bad in [
+            "",
+            "h",
+            "1.5h",
+            "-1s",
+            "10 m",
+            "3w",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(
+            parse_rate("5/60s"),
+            Ok(Rate {
+                count: 5,
+                per: Duration::from_secs(60)
+            })
+        );
+        for bad in ["5", "0/1s", "5/0s", "x/1s", "5/1x"] {
+            assert!(parse_rate(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn test_mode_shortens_the_waits_only() {
+        let test = Config::for_mode(Mode::Test).idempotency;
+        let prod = Config::for_mode(Mode::Prod).idempotency;
+        assert_eq!(prod.in_progress_wait, Duration::from_secs(25));
+        assert_eq!(prod.stale_after, Duration::from_secs(30));
+        assert_eq!(test.in_progress_wait, Duration::from_secs(2));
+        assert_eq!(test.stale_after, Duration::from_secs(10));
+        assert_eq!(test.key_ttl, prod.key_ttl);
+        assert!(test.check().is_ok() && prod.check().is_ok());
+        assert!(prod.stored_headers.iter().any(|h| h == "etag"));
     }
 }

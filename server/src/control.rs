@@ -7,10 +7,10 @@ use crate::faults::{self, Fault, Rule, RuleSpec};
 use crate::http_util::{detail, json_response, parse_json, storage_error};
 use axum::body::Bytes;
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{from_fn_with_state, Next};
+use axum::response::Response;
+use axum::routing::{any, get, post};
 use axum::Router;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -80,47 +80,32 @@ impl Control {
     }
 }
 
-pub fn router() -> Router<App> {
+pub fn router(app: App) -> Router<App> {
     Router::new()
         .route("/__control/network", get(get_network).post(set_network))
         .route("/__control/faults", get(get_faults).post(set_faults))
         .route("/__control/applied", get(applied))
         .route("/__control/requests", get(requests))
         .route("/__control/reset", post(reset))
-        .fallback(|| async { detail(StatusCode::NOT_FOUND, "not_found") })
-        .layer(axum::middleware::from_fn(cors))
+        .route(
+            "/__control/{*rest}",
+            any(|| async { detail(StatusCode::NOT_FOUND, "not_found") }),
+        )
+        .layer(from_fn_with_state(app, own_origin_only))
 }
 
-/// Lets a test page on another origin drive the server: every answer allows any origin, and
-/// preflights are answered here.
-async fn cors(req: Request, next: Next) -> Response {
-    let mut resp = if req.method() == Method::OPTIONS {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
+/// The control routes can break and reset the server, so only the demo's own pages (and
+/// clients that are not browser pages, such as the test harness) may use them: no CORS
+/// grant, no private-network grant, and a `Host` that is this server (see
+/// [`crate::security::OriginPolicy::control_allowed`]).
+async fn own_origin_only(State(app): State<App>, req: Request, next: Next) -> Response {
+    let mut resp = if app.origins.control_allowed(req.headers()) {
         next.run(req).await
+    } else {
+        detail(StatusCode::FORBIDDEN, "origin_refused")
     };
-    let h = resp.headers_mut();
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_ORIGIN,
-        HeaderValue::from_static("*"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST, OPTIONS"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("content-type"),
-    );
-    h.insert(
-        header::ACCESS_CONTROL_MAX_AGE,
-        HeaderValue::from_static("600"),
-    );
-    h.insert(
-        "access-control-allow-private-network",
-        HeaderValue::from_static("true"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
 
@@ -198,5 +183,7 @@ async fn reset(State(app): State<App>) -> Response {
     if let Err(e) = app.ledger.clear().await {
         return storage_error(e);
     }
+    app.login_throttle.reset();
+    app.write_budget.reset();
     json_response(StatusCode::OK, json!({ "ok": true }))
 }

@@ -1,12 +1,14 @@
 //! Small helpers shared by the route modules: JSON error bodies, header reading, the
-//! "drop this connection" marker, random tokens and the clock.
+//! "drop this connection" marker, random tokens and the clock (the ledger's wall clock).
 
-use axum::body::Body;
+use crate::limits::retry_after_secs;
+use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+pub use sw_outbox_idempotency::now_ms;
 
 /// Marker put in a response's extensions by the pipeline when the connection must be closed
 /// without any HTTP answer (network down, `refuse`, `drop-after-commit`). The connection loop
@@ -39,6 +41,23 @@ pub fn json_response(status: StatusCode, body: Value) -> Response {
 /// this field, so codes are stable identifiers, not prose.
 pub fn detail(status: StatusCode, code: &str) -> Response {
     json_response(status, json!({ "detail": code }))
+}
+
+/// 429 with `Retry-After`: try again after `wait`.
+pub fn too_many(code: &str, wait: Duration) -> Response {
+    let mut resp = detail(StatusCode::TOO_MANY_REQUESTS, code);
+    resp.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(retry_after_secs(wait)),
+    );
+    resp
+}
+
+/// Reads a request body up to `max` bytes (bigger → 413 `body_too_large`).
+pub async fn read_body(body: Body, max: usize) -> Result<Bytes, Response> {
+    axum::body::to_bytes(body, max)
+        .await
+        .map_err(|_| detail(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"))
 }
 
 /// 500 for a storage failure; the cause goes to stderr, not to the client.
@@ -82,15 +101,6 @@ pub fn hex(bytes: &[u8]) -> String {
         out.push(DIGITS[(b & 15) as usize] as char);
     }
     out
-}
-
-/// Wall-clock milliseconds since the Unix epoch. Ledger timestamps are wall-clock (not
-/// `Instant`) because they are stored and compared across processes and restarts.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 /// Comparison whose time does not depend on where the strings differ, for CSRF tokens.

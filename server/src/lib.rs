@@ -3,16 +3,18 @@
 //! It exists for three audiences: the demo PWA and the end-to-end tests (which need a real
 //! server whose failures can be injected on demand), the benchmark, and site developers who
 //! want to see, in working code, what their own API must do for the outbox to deliver a
-//! queued write exactly once. That last part is the idempotency ledger: see [`ledger`] for
-//! the storage side and [`idempotency`] for the HTTP protocol on top of it.
+//! queued write exactly once. That last part is the idempotency ledger, which lives in the
+//! `sw-outbox-idempotency` crate (a tower layer any axum app can add); this server is one
+//! user of it, plus the security duties a real app has (see docs/SERVER-API.md).
 //!
-//! Layout: [`config`] (flags and timing bounds), [`store`] (SQLite: demo data, sessions,
-//! the applied log), [`ledger`] (the `Ledger` trait and its SQLite implementation),
-//! [`ledger_pg`] (the same ledger in PostgreSQL, shared by several server processes),
-//! [`idempotency`] (claim / replay / wait / heartbeat), [`auth`], [`routes`] (demo data),
-//! [`faults`] and [`control`] (test-only fault injection), [`statics`], [`app`] (the router
-//! and the per-request pipeline) and [`serve`] (the connection loop that can drop a
-//! connection without answering).
+//! Layout: [`config`] and [`cli`] (flags and their defaults), [`store`] (SQLite: demo
+//! data, sessions, the applied log), [`auth`] (sessions, CSRF, login throttle),
+//! [`security`] (the Origin check, https detection), [`limits`] (throttle and write budget
+//! counters), [`conditional`] (`If-Match`), [`routes`] (demo data), [`faults`] and
+//! [`control`] (test-only fault injection), [`static_files`], [`app`] (the router and the
+//! per-request pipeline, with the idempotency layer of the `sw-outbox-idempotency` crate
+//! around the routes) and [`serve`] (the connection loop that can drop a connection without
+//! answering).
 
 // Handlers return `Result<_, Response>` so a refusal is a ready answer; boxing every
 // `Response` to satisfy this lint would only add allocations on the error path.
@@ -20,17 +22,18 @@
 
 pub mod app;
 pub mod auth;
+pub mod cli;
+pub mod conditional;
 pub mod config;
 pub mod control;
 pub mod faults;
 pub mod http_util;
-pub mod idempotency;
-pub mod ledger;
-pub mod ledger_pg;
+pub mod limits;
 pub mod routes;
+pub mod security;
 pub mod serve;
-pub mod statics;
+pub mod static_files;
 pub mod store;
 
-pub use config::{Config, LedgerTimings, Mode};
+pub use config::{Config, Mode, Rate};
 pub use serve::{spawn, RunningServer};

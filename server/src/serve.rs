@@ -3,17 +3,16 @@
 //! `drop-after-commit` faults look like real network failures to a browser.
 
 use crate::app::{self, App};
+use crate::auth::ClientAddr;
 use crate::config::Config;
 use crate::http_util::{now_ms, DropConnection};
-use crate::statics::Www;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
@@ -53,9 +52,9 @@ pub async fn spawn(config: Config) -> Result<RunningServer, String> {
         .await
         .map_err(|e| format!("binding {}:{}: {e}", config.host, config.port))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let router = app::router(app.clone(), Www(Arc::new(config.www.clone())));
+    let router = app::router(app.clone(), &config.www);
     let (tx, rx) = oneshot::channel::<()>();
-    let pruner = tokio::spawn(prune_loop(app.clone()));
+    let pruner = tokio::spawn(prune_loop(app.clone(), config.prune_every));
     let grace = config.shutdown_grace;
     // With faults possible, every connection carries one request. Chromium (and Firefox)
     // silently re-send a request, POST included, when a *reused* keep-alive connection closes
@@ -84,16 +83,18 @@ pub async fn spawn(config: Config) -> Result<RunningServer, String> {
     })
 }
 
-/// Deletes expired ledger entries now and then; expired entries are already ignored by
-/// `begin`, so this only bounds the table's size.
-async fn prune_loop(app: App) {
-    let mut tick = tokio::time::interval(app.timings.prune_every);
+/// Deletes expired sessions and forgets idle throttle entries now and then. (The ledger
+/// prunes itself: the idempotency layer does it as keyed writes come in.)
+async fn prune_loop(app: App, every: Duration) {
+    let mut tick = tokio::time::interval(every);
     loop {
         tick.tick().await;
-        let cutoff = now_ms() - i64::try_from(app.timings.expiry.as_millis()).unwrap_or(i64::MAX);
-        if let Err(e) = app.ledger.prune(cutoff).await {
-            eprintln!("sw-outbox-server: pruning the ledger failed: {e}");
+        if let Err(e) = app.store.prune_sessions(now_ms(), app.session_life) {
+            eprintln!("sw-outbox-server: pruning sessions failed: {e}");
         }
+        let now = Instant::now();
+        app.login_throttle.prune(now);
+        app.write_budget.prune(now);
     }
 }
 
@@ -112,8 +113,8 @@ pub async fn serve(
         tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => {
-                let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // EMFILE and friends: back off instead of spinning.
                         eprintln!("sw-outbox-server: accept failed: {e}");
@@ -122,7 +123,7 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                conns.spawn(connection(stream, router.clone(), closing_rx.clone(), keep_alive));
+                conns.spawn(connection(stream, peer, router.clone(), closing_rx.clone(), keep_alive));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -138,12 +139,14 @@ pub async fn serve(
 
 async fn connection(
     stream: tokio::net::TcpStream,
+    peer: SocketAddr,
     router: Router,
     mut closing: watch::Receiver<bool>,
     keep_alive: bool,
 ) {
-    let service = service_fn(move |req: hyper::Request<Incoming>| {
+    let service = service_fn(move |mut req: hyper::Request<Incoming>| {
         let router = router.clone();
+        req.extensions_mut().insert(ClientAddr(peer));
         async move {
             let resp = match router.oneshot(req).await {
                 Ok(resp) => resp,

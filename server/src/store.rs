@@ -1,8 +1,9 @@
 //! SQLite storage of the demo data, the sessions and the `applied` log.
 //!
-//! One connection behind a mutex, shared with [`crate::ledger::SqliteLedger`]: the demo's
-//! load is tiny, `:memory:` databases exist only per connection, and every operation is a
-//! short synchronous transaction that never holds the lock across an `.await`.
+//! One connection behind a mutex: the demo's load is tiny and every operation is a short
+//! synchronous transaction that never holds the lock across an `.await`. (The idempotency
+//! ledger has a connection of its own, run off the async threads: see
+//! `sw_outbox_idempotency::SqliteLedger`.)
 //!
 //! Each data change inserts its `applied` row in the same transaction, so the log is exactly
 //! the set of writes that changed data, in the order they did.
@@ -46,6 +47,23 @@ pub struct Session {
     pub sid: String,
     pub user: String,
     pub csrf: String,
+    /// Sign-in time (wall-clock ms): the session ends `session_max` after it.
+    pub created_ms: i64,
+    /// Last use, refreshed now and then: the session ends `session_idle` after it.
+    pub seen_ms: i64,
+}
+
+/// How long sessions live (see `Config::session_idle`, `Config::session_max`).
+#[derive(Clone, Copy, Debug)]
+pub struct SessionLife {
+    pub idle_ms: i64,
+    pub max_ms: i64,
+}
+
+impl Session {
+    pub fn expired(&self, now_ms: i64, life: SessionLife) -> bool {
+        now_ms - self.created_ms >= life.max_ms || now_ms - self.seen_ms >= life.idle_ms
+    }
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -56,6 +74,24 @@ pub struct Task {
     pub title: String,
     pub done: bool,
     pub owner: String,
+    /// 1 when created, +1 per successful PATCH; the task's `ETag` is `"<version>"`.
+    pub version: i64,
+}
+
+impl Task {
+    /// The strong entity tag of this version.
+    pub fn etag(&self) -> String {
+        format!("\"{}\"", self.version)
+    }
+}
+
+/// What a conditional update found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Update {
+    Updated(Task),
+    NotFound,
+    /// The task's current entity tag did not satisfy the request's `If-Match`.
+    PreconditionFailed,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -85,6 +121,25 @@ pub struct WriteInfo {
     pub body: String,
 }
 
+/// The request facts the pipeline knows before the body is read; a route adds the body.
+#[derive(Clone, Debug)]
+pub struct WriteMeta {
+    pub method: String,
+    pub path: String,
+    pub key: Option<String>,
+}
+
+impl WriteMeta {
+    pub fn with_body(&self, body: &[u8]) -> WriteInfo {
+        WriteInfo {
+            method: self.method.clone(),
+            path: self.path.clone(),
+            key: self.key.clone(),
+            body: String::from_utf8_lossy(body).into_owned(),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct Store {
     db: Db,
@@ -94,14 +149,17 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS sessions (
     sid TEXT PRIMARY KEY,
     user_id TEXT NOT NULL,
-    csrf TEXT NOT NULL
+    csrf TEXT NOT NULL,
+    created_ms INTEGER NOT NULL DEFAULT 0,
+    seen_ms INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS tasks (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     owner TEXT NOT NULL,
     project TEXT NOT NULL,
     title TEXT NOT NULL,
-    done INTEGER NOT NULL DEFAULT 0
+    done INTEGER NOT NULL DEFAULT 0,
+    version INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS notes (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -126,6 +184,8 @@ fn log_applied(conn: &Connection, user: &str, info: &WriteInfo) -> Result<(), St
     Ok(())
 }
 
+const TASK_COLUMNS: &str = "id, owner, project, title, done, version";
+
 fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Task> {
     Ok(Task {
         id: row.get(0)?,
@@ -133,38 +193,105 @@ fn task_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Task> {
         project_id: row.get(2)?,
         title: row.get(3)?,
         done: row.get::<_, i64>(4)? != 0,
+        version: row.get(5)?,
     })
+}
+
+/// Adds the columns a database file from an earlier version lacks (their defaults make old
+/// sessions expired and old tasks version 1).
+fn upgrade(conn: &Connection) -> Result<(), StoreError> {
+    let columns = |table: &str| -> Result<Vec<String>, StoreError> {
+        let mut stmt = conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?;
+        let names = stmt.query_map([], |r| r.get(0))?.collect();
+        names
+    };
+    let sessions = columns("sessions")?;
+    for col in ["created_ms", "seen_ms"] {
+        if !sessions.iter().any(|c| c == col) {
+            conn.execute_batch(&format!(
+                "ALTER TABLE sessions ADD COLUMN {col} INTEGER NOT NULL DEFAULT 0"
+            ))?;
+        }
+    }
+    if !columns("tasks")?.iter().any(|c| c == "version") {
+        conn.execute_batch("ALTER TABLE tasks ADD COLUMN version INTEGER NOT NULL DEFAULT 1")?;
+    }
+    Ok(())
 }
 
 impl Store {
     pub fn new(db: Db) -> Result<Store, StoreError> {
-        db.lock().execute_batch(SCHEMA)?;
+        {
+            let conn = db.lock();
+            conn.execute_batch(SCHEMA)?;
+            upgrade(&conn)?;
+        }
         Ok(Store { db })
     }
 
     pub fn create_session(&self, session: &Session) -> Result<(), StoreError> {
         self.db.lock().execute(
-            "INSERT INTO sessions (sid, user_id, csrf) VALUES (?1, ?2, ?3)",
-            params![session.sid, session.user, session.csrf],
+            "INSERT INTO sessions (sid, user_id, csrf, created_ms, seen_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                session.sid,
+                session.user,
+                session.csrf,
+                session.created_ms,
+                session.seen_ms
+            ],
         )?;
         Ok(())
     }
 
-    pub fn session(&self, sid: &str) -> Result<Option<Session>, StoreError> {
-        self.db
-            .lock()
+    /// The live session `sid` names. An expired one is deleted and is `None`; a live one's
+    /// last use is refreshed when it is older than a quarter of the idle bound (at most a
+    /// minute), so a busy session is not a write per request.
+    pub fn session(
+        &self,
+        sid: &str,
+        now_ms: i64,
+        life: SessionLife,
+    ) -> Result<Option<Session>, StoreError> {
+        let conn = self.db.lock();
+        let found = conn
             .query_row(
-                "SELECT sid, user_id, csrf FROM sessions WHERE sid = ?1",
+                "SELECT sid, user_id, csrf, created_ms, seen_ms FROM sessions WHERE sid = ?1",
                 params![sid],
                 |row| {
                     Ok(Session {
                         sid: row.get(0)?,
                         user: row.get(1)?,
                         csrf: row.get(2)?,
+                        created_ms: row.get(3)?,
+                        seen_ms: row.get(4)?,
                     })
                 },
             )
-            .optional()
+            .optional()?;
+        let Some(mut session) = found else {
+            return Ok(None);
+        };
+        if session.expired(now_ms, life) {
+            conn.execute("DELETE FROM sessions WHERE sid = ?1", params![sid])?;
+            return Ok(None);
+        }
+        if now_ms - session.seen_ms >= (life.idle_ms / 4).min(60_000) {
+            conn.execute(
+                "UPDATE sessions SET seen_ms = ?2 WHERE sid = ?1",
+                params![sid, now_ms],
+            )?;
+            session.seen_ms = now_ms;
+        }
+        Ok(Some(session))
+    }
+
+    /// Deletes expired sessions; returns how many.
+    pub fn prune_sessions(&self, now_ms: i64, life: SessionLife) -> Result<usize, StoreError> {
+        self.db.lock().execute(
+            "DELETE FROM sessions WHERE ?1 - created_ms >= ?2 OR ?1 - seen_ms >= ?3",
+            params![now_ms, life.max_ms, life.idle_ms],
+        )
     }
 
     pub fn delete_session(&self, sid: &str) -> Result<(), StoreError> {
@@ -196,21 +323,42 @@ impl Store {
             title: title.to_owned(),
             done: false,
             owner: owner.to_owned(),
+            version: 1,
         })
     }
 
     pub fn list_tasks(&self, owner: &str, project: &str) -> Result<Vec<Task>, StoreError> {
         let conn = self.db.lock();
-        let mut stmt = conn.prepare(
-            "SELECT id, owner, project, title, done FROM tasks
-             WHERE owner = ?1 AND project = ?2 ORDER BY id",
-        )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {TASK_COLUMNS} FROM tasks WHERE owner = ?1 AND project = ?2 ORDER BY id"
+        ))?;
         let rows = stmt.query_map(params![owner, project], task_from_row)?;
         rows.collect()
     }
 
-    /// Applies a partial update; `None` when the task does not exist for this owner and
-    /// project (nothing is logged then: nothing changed).
+    pub fn get_task(
+        &self,
+        owner: &str,
+        project: &str,
+        id: i64,
+    ) -> Result<Option<Task>, StoreError> {
+        self.db
+            .lock()
+            .query_row(
+                &format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1 AND owner = ?2 AND project = ?3"
+                ),
+                params![id, owner, project],
+                task_from_row,
+            )
+            .optional()
+    }
+
+    /// Applies a partial update and bumps the version, when the task exists for this owner
+    /// and project and `precondition` accepts its current entity tag; otherwise nothing
+    /// changes (and nothing is logged). Read, check and write are one transaction, so the
+    /// check cannot go stale before the write.
+    #[allow(clippy::too_many_arguments)]
     pub fn update_task(
         &self,
         owner: &str,
@@ -218,26 +366,40 @@ impl Store {
         id: i64,
         title: Option<&str>,
         done: Option<bool>,
+        precondition: impl FnOnce(&str) -> bool,
         info: &WriteInfo,
-    ) -> Result<Option<Task>, StoreError> {
+    ) -> Result<Update, StoreError> {
         let mut conn = self.db.lock();
         let tx = conn.transaction()?;
-        let changed = tx.execute(
-            "UPDATE tasks SET title = COALESCE(?4, title), done = COALESCE(?5, done)
-             WHERE id = ?1 AND owner = ?2 AND project = ?3",
-            params![id, owner, project, title, done.map(i64::from)],
-        )?;
-        if changed == 0 {
-            return Ok(None);
+        let current = tx
+            .query_row(
+                &format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1 AND owner = ?2 AND project = ?3"
+                ),
+                params![id, owner, project],
+                task_from_row,
+            )
+            .optional()?;
+        let Some(current) = current else {
+            return Ok(Update::NotFound);
+        };
+        if !precondition(&current.etag()) {
+            return Ok(Update::PreconditionFailed);
         }
+        tx.execute(
+            "UPDATE tasks SET title = COALESCE(?2, title), done = COALESCE(?3, done),
+                 version = version + 1
+             WHERE id = ?1",
+            params![id, title, done.map(i64::from)],
+        )?;
         let task = tx.query_row(
-            "SELECT id, owner, project, title, done FROM tasks WHERE id = ?1",
+            &format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"),
             params![id],
             task_from_row,
         )?;
         log_applied(&tx, owner, info)?;
         tx.commit()?;
-        Ok(Some(task))
+        Ok(Update::Updated(task))
     }
 
     /// `false` when the task does not exist for this owner and project.

@@ -5,7 +5,7 @@ use sw_outbox_server::Mode;
 
 #[tokio::test]
 async fn tasks_crud_per_account_and_project() {
-    let srv = start(fast_timings()).await;
+    let srv = start(fast_settings()).await;
     let alice = Client::login(srv.addr, "alice").await;
     let bob = Client::login(srv.addr, "bob").await;
 
@@ -121,7 +121,7 @@ async fn tasks_crud_per_account_and_project() {
 
 #[tokio::test]
 async fn notes_are_account_level() {
-    let srv = start(fast_timings()).await;
+    let srv = start(fast_settings()).await;
     let alice = Client::login(srv.addr, "alice").await;
     let bob = Client::login(srv.addr, "bob").await;
     let r = alice.post("/api/notes", None, r#"{"text":"hello"}"#).await;
@@ -147,7 +147,7 @@ async fn notes_are_account_level() {
 
 #[tokio::test]
 async fn static_files() {
-    let srv = start(fast_timings()).await;
+    let srv = start(fast_settings()).await;
     let c = Client::anonymous(srv.addr);
     let index = c.get("/").await;
     assert_eq!(index.status, 200);
@@ -158,21 +158,41 @@ async fn static_files() {
         .header("content-type")
         .unwrap_or("")
         .starts_with("text/html"));
+    assert_eq!(c.get("/index.html").await.body, index.body);
     let sw = c.get("/sw.js").await;
     assert_eq!(sw.header("content-type"), Some("text/javascript"));
+    assert_eq!(sw.header("service-worker-allowed"), Some("/"));
+    assert_eq!(sw.header("cache-control"), Some("no-cache"));
     assert_eq!(sw.body, b"self.x = 1;");
+    let module = c.get("/app.mjs").await;
+    assert_eq!(module.header("content-type"), Some("text/javascript"));
     let wasm = c.get("/pkg/app.wasm").await;
     assert_eq!(wasm.header("content-type"), Some("application/wasm"));
     assert_eq!(wasm.header("cache-control"), Some("no-cache"));
+    assert_eq!(wasm.body, b"\0asm\x01\0\0\0");
+    let manifest = c.get("/manifest.webmanifest").await;
+    assert_eq!(
+        manifest.header("content-type"),
+        Some("application/manifest+json")
+    );
+    let head = c.send("HEAD", "/sw.js", &[], None).await;
+    assert_eq!((head.status, head.body.len()), (200, 0));
+    assert_eq!(head.header("content-length"), Some("11"));
     assert_eq!(c.get("/missing.js").await.status, 404);
     assert_eq!(c.get("/../../etc/passwd").await.status, 404);
     assert_eq!(c.get("/%2e%2e/%2e%2e/etc/passwd").await.status, 404);
+    assert_eq!(c.get("/pkg/..%2f..%2f..%2fetc%2fpasswd").await.status, 404);
+    assert_ne!(
+        c.send("POST", "/index.html", &[], Some(b"x")).await.status,
+        200,
+        "static files are read-only"
+    );
     srv.shutdown().await;
 }
 
 #[tokio::test]
-async fn control_routes_absent_in_prod_and_cors_in_test() {
-    let prod = start_with(fast_timings(), Mode::Prod).await;
+async fn control_routes_absent_in_prod_and_only_for_the_own_origin() {
+    let prod = start_with(fast_settings(), Mode::Prod).await;
     let r = Client::anonymous(prod.addr)
         .send("POST", "/__control/network", &[], Some(br#"{"down":true}"#))
         .await;
@@ -181,10 +201,41 @@ async fn control_routes_absent_in_prod_and_cors_in_test() {
     assert_eq!(r.status, 404);
     prod.shutdown().await;
 
-    let srv = start(fast_timings()).await;
+    let srv = start(fast_settings()).await;
     let c = Client::anonymous(srv.addr);
+    let own = format!("http://{}", srv.addr);
+    // Node (no Origin) and the demo's own page (same origin) drive it.
     let r = c.get("/__control/applied").await;
-    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let r = c
+        .send(
+            "POST",
+            "/__control/faults",
+            &[("Origin", &own), ("Sec-Fetch-Site", "same-origin")],
+            Some(br#"{"rules":[]}"#),
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    // Any other site is refused, reads included, and no preflight is granted.
+    for headers in [
+        &[("Origin", "http://other.example")][..],
+        &[("Sec-Fetch-Site", "cross-site")],
+        &[("Origin", "null")],
+    ] {
+        let r = c
+            .send("POST", "/__control/reset", headers, Some(b"{}"))
+            .await;
+        assert_eq!(
+            (r.status, r.detail().as_str()),
+            (403, "origin_refused"),
+            "{headers:?}"
+        );
+        assert_eq!(r.header("access-control-allow-origin"), None);
+        let r = c.send("GET", "/__control/requests", headers, None).await;
+        assert_eq!(r.status, 403);
+    }
     let pre = c
         .send(
             "OPTIONS",
@@ -192,22 +243,39 @@ async fn control_routes_absent_in_prod_and_cors_in_test() {
             &[
                 ("Origin", "http://other.example"),
                 ("Access-Control-Request-Method", "POST"),
+                ("Access-Control-Request-Private-Network", "true"),
             ],
             None,
         )
         .await;
-    assert!(pre.status == 204 || pre.status == 200, "{}", pre.status);
-    assert_eq!(pre.header("access-control-allow-origin"), Some("*"));
-    assert!(pre
-        .header("access-control-allow-headers")
-        .unwrap_or("")
-        .contains("content-type"));
+    assert_ne!(pre.status / 100, 2, "no preflight grant");
+    assert_eq!(pre.header("access-control-allow-origin"), None);
+    assert_eq!(pre.header("access-control-allow-private-network"), None);
+    // DNS rebinding: a page of rebound.example (resolving to 127.0.0.1) is "same origin"
+    // with itself, but its Host is not this server's.
+    let r = c
+        .send(
+            "POST",
+            "/__control/network",
+            &[
+                ("Host", "rebound.example"),
+                ("Origin", "http://rebound.example"),
+            ],
+            Some(br#"{"down":true}"#),
+        )
+        .await;
+    assert_eq!(r.status, 403);
+    assert_eq!(
+        control(srv.addr, "GET", "/__control/network", None).await["down"],
+        false
+    );
+    assert_eq!(c.get("/__control/nothing").await.status, 404);
     srv.shutdown().await;
 }
 
 #[tokio::test]
 async fn requests_log_and_reset() {
-    let srv = start(fast_timings()).await;
+    let srv = start(fast_settings()).await;
     let alice = Client::login(srv.addr, "alice").await;
     let k = key("reqlog");
     alice

@@ -2,6 +2,7 @@ mod common;
 
 use common::*;
 use std::time::{Duration, Instant};
+use sw_outbox_idempotency::{KeyRule, Settings};
 use tokio::io::AsyncWriteExt;
 
 // Every case runs twice, as `sqlite::<case>` and `postgres::<case>`.
@@ -9,6 +10,7 @@ on_both_ledgers!(
     first_apply_then_replay_with_same_answer,
     keyless_writes_are_applied_each_time,
     invalid_keys_are_refused,
+    strict_keys_keep_the_old_rule,
     key_reused_for_a_different_request,
     scope_is_per_account,
     client_errors_are_stored_and_replayed,
@@ -20,7 +22,7 @@ on_both_ledgers!(
 );
 
 async fn first_apply_then_replay_with_same_answer(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
@@ -79,7 +81,7 @@ async fn first_apply_then_replay_with_same_answer(backend: Backend) {
 }
 
 async fn keyless_writes_are_applied_each_time(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
@@ -90,16 +92,69 @@ async fn keyless_writes_are_applied_each_time(backend: Backend) {
     srv.shutdown().await;
 }
 
+/// Contract 2.2 (r2): any key of 1–255 visible ASCII characters is taken as it is.
 async fn invalid_keys_are_refused(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
+        return;
+    };
+    let alice = Client::login(srv.addr, "alice").await;
+    let too_long = "a".repeat(256);
+    for bad in [
+        "",
+        "has a space",
+        "tab\there",
+        too_long.as_str(),
+        "caf\u{e9}",
+    ] {
+        let r = alice.post("/api/notes", Some(bad), r#"{"text":"x"}"#).await;
+        assert_eq!(
+            (r.status, r.detail().as_str()),
+            (400, "idempotency_key_invalid"),
+            "{bad:?}"
+        );
+    }
+    assert!(applied(srv.addr).await.is_empty());
+    let longest = "h".repeat(255);
+    let hash = "9f".repeat(40);
+    let page_keys = [
+        "order_1234",
+        "k:7f3e",
+        "a",
+        hash.as_str(),
+        longest.as_str(),
+        "!#$%&'*+.^`|~",
+        "0b9f6c1e-8a9d-4c3e-9f2a-1d2c3b4a5e6f",
+    ];
+    for k in page_keys {
+        let r = alice.post("/api/notes", Some(k), r#"{"text":"x"}"#).await;
+        assert_eq!(r.status, 201, "{k}");
+        let again = alice.post("/api/notes", Some(k), r#"{"text":"x"}"#).await;
+        assert_eq!(again.header("idempotent-replayed"), Some("true"), "{k}");
+    }
+    let keys: Vec<String> = applied(srv.addr)
+        .await
+        .iter()
+        .map(|a| a["key"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(keys, page_keys, "each applied once, its key unchanged");
+    srv.shutdown().await;
+}
+
+/// `--strict-keys`: the earlier 22–64 `[A-Za-z0-9_-]` rule.
+async fn strict_keys_keep_the_old_rule(backend: Backend) {
+    let settings = Settings {
+        key_rule: KeyRule::Strict,
+        ..fast_settings()
+    };
+    let Some(srv) = start_on(backend, settings).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
     let long = "a".repeat(65);
     for bad in [
-        "short",
-        "has a space in it......",
-        "bang!bang!bang!bang!bang!",
+        "order_1234",
+        "k:7f3e",
+        "abcdefghijklmnopqrstu!",
         long.as_str(),
     ] {
         let r = alice.post("/api/notes", Some(bad), r#"{"text":"x"}"#).await;
@@ -109,8 +164,6 @@ async fn invalid_keys_are_refused(backend: Backend) {
             "{bad}"
         );
     }
-    assert!(applied(srv.addr).await.is_empty());
-    // A UUID is a valid key.
     let r = alice
         .post(
             "/api/notes",
@@ -119,11 +172,12 @@ async fn invalid_keys_are_refused(backend: Backend) {
         )
         .await;
     assert_eq!(r.status, 201);
+    assert_eq!(applied(srv.addr).await.len(), 1);
     srv.shutdown().await;
 }
 
 async fn key_reused_for_a_different_request(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
@@ -167,7 +221,7 @@ async fn key_reused_for_a_different_request(backend: Backend) {
 }
 
 async fn scope_is_per_account(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
@@ -192,7 +246,7 @@ async fn scope_is_per_account(backend: Backend) {
 }
 
 async fn client_errors_are_stored_and_replayed(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
@@ -242,7 +296,7 @@ async fn client_errors_are_stored_and_replayed(backend: Backend) {
 }
 
 async fn duplicate_waits_for_a_running_first_attempt(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
@@ -269,7 +323,7 @@ async fn duplicate_waits_for_a_running_first_attempt(backend: Backend) {
 }
 
 async fn in_progress_after_the_wait_bound(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
@@ -323,7 +377,7 @@ async fn in_progress_after_the_wait_bound(backend: Backend) {
 /// The crash window: the claim is committed, then the request dies before completing. The
 /// outcome is unknown; the write must never be applied (again) by a retry.
 async fn cancelled_request_becomes_outcome_unknown_and_never_reruns(backend: Backend) {
-    let Some(srv) = start_on(backend, fast_timings()).await else {
+    let Some(srv) = start_on(backend, fast_settings()).await else {
         return;
     };
     let alice = Client::login(srv.addr, "alice").await;
@@ -378,9 +432,9 @@ async fn cancelled_request_becomes_outcome_unknown_and_never_reruns(backend: Bac
 }
 
 async fn expired_entries_apply_again(backend: Backend) {
-    let mut t = fast_timings();
-    t.expiry = Duration::from_millis(400);
-    t.prune_every = Duration::from_millis(100);
+    let mut t = fast_settings();
+    t.key_ttl = Duration::from_millis(700);
+    t.prune_every = Duration::from_millis(50);
     let Some(srv) = start_on(backend, t).await else {
         return;
     };
@@ -395,26 +449,34 @@ async fn expired_entries_apply_again(backend: Backend) {
     );
     let r = alice.post("/api/notes", Some(&k), r#"{"text":"e"}"#).await;
     assert_eq!(r.header("idempotent-replayed"), Some("true"));
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    // Pruned by now: nothing left to prune.
-    assert_eq!(
-        srv.app.ledger.prune(i64::MAX).await.expect("prune"),
-        0,
-        "pruner ran"
-    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
     let r = alice.post("/api/notes", Some(&k), r#"{"text":"e"}"#).await;
     assert_eq!(r.status, 201);
     assert!(r.header("idempotent-replayed").is_none());
-    // An expired entry is also replaced when the pruner has not run yet; a different body
-    // is then no longer "key reused".
     assert_eq!(applied(srv.addr).await.len(), 2);
+    // Expired entries are pruned as keyed writes come in: after another wait, one more
+    // write leaves only itself in the ledger.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    alice
+        .post("/api/notes", Some(&key("after")), r#"{"text":"f"}"#)
+        .await;
+    let mut left = u64::MAX;
+    for _ in 0..100 {
+        left = srv.app.ledger.entries().await.expect("entries");
+        if left == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(left, 1);
     srv.shutdown().await;
 }
 
 async fn expired_but_unpruned_entry_is_replaced(backend: Backend) {
-    let mut t = fast_timings();
-    t.expiry = Duration::from_millis(300);
-    // prune_every is an hour: only `begin` sees the expiry.
+    let mut t = fast_settings();
+    t.key_ttl = Duration::from_millis(300);
+    t.prune_every = Duration::from_secs(3600);
+    // Never pruned: only `begin` sees the expiry.
     let Some(srv) = start_on(backend, t).await else {
         return;
     };

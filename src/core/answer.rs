@@ -4,14 +4,43 @@ use super::config::Config;
 use super::record::{AttentionReason, RecordMeta, RecordState};
 use serde_json::Value;
 
+/// An answer's body as far as classification reads it (bounded by the shell: at most
+/// 64 KiB, within `attemptTimeoutMs`).
+#[derive(Debug, Clone, Copy)]
+pub enum AnswerBody<'a> {
+    /// Not read (a 2xx), empty, cut off, or unreadable.
+    None,
+    /// Parsed JSON (`application/json`, `application/problem+json`, …).
+    Json(&'a Value),
+    /// Text that is not JSON (an HTML error page, say).
+    Text(&'a str),
+}
+
 /// An HTTP answer to a replay, reduced to what classification reads.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplayAnswer<'a> {
     pub status: u16,
+    /// A redirect the browser did not follow (`redirect: "manual"` gives an
+    /// `opaqueredirect` answer with status 0).
+    pub opaque_redirect: bool,
     /// The raw `Retry-After` header.
     pub retry_after: Option<&'a str>,
-    /// The parsed JSON body, when it was JSON.
-    pub body: Option<&'a Value>,
+    /// `Idempotent-Replayed: true`: the server answered from its ledger.
+    pub replayed: bool,
+    pub body: AnswerBody<'a>,
+}
+
+impl<'a> ReplayAnswer<'a> {
+    /// An answer with a status and nothing else (tests, and the shell's fallbacks).
+    pub fn status(status: u16) -> ReplayAnswer<'a> {
+        ReplayAnswer {
+            status,
+            opaque_redirect: false,
+            retry_after: None,
+            replayed: false,
+            body: AnswerBody::None,
+        }
+    }
 }
 
 /// The meaning of one replay's outcome.
@@ -21,14 +50,21 @@ pub enum Verdict {
     Replayed,
     /// 401: the session ended; stop the flush, leave the record.
     SignedOut,
-    /// 409 `idempotency_in_progress`: leave the record; its workspace waits.
+    /// 403 with a CSRF failure, or 409 `account_mismatch`: the session changed since the
+    /// flush's identity check (a sign-in in another tab). Checked again once, then
+    /// resent once; a second one stops the flush, the record unchanged (r2).
+    StaleIdentity { status: u16 },
+    /// A 409 that is not outcome-unknown: another request with this key is still
+    /// running (`idempotency_in_progress`, the IETF draft's and express-idempotency's
+    /// bare 409). The record waits; `maxServerFailures` in a row need a person.
     InProgress,
-    /// The record now needs a person; `status` is kept for `rejected`.
+    /// The record now needs a person; `status` is kept.
     Attention {
         reason: AttentionReason,
         status: u16,
     },
-    /// 429, or 503 with `Retry-After`: stop the flush; the next automatic one waits.
+    /// 429, or 503 with `Retry-After`: stop the flush; the next automatic one waits
+    /// (never longer than `maxRetryAfterMs`, which `Backoff` applies).
     RetryLater { after_ms: Option<u64> },
     /// Another 5xx: counts towards `maxServerFailures`.
     ServerFailure { status: u16 },
@@ -37,61 +73,157 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// Whether this outcome ends the whole flush (nothing more is sent).
+    /// Whether this outcome ends the whole flush (nothing more is sent). A stale
+    /// identity ends it only when the flush cannot check again (`worker::flush`).
     pub fn stops_flush(&self) -> bool {
         matches!(
             self,
-            Verdict::SignedOut | Verdict::RetryLater { .. } | Verdict::NetworkFailure
+            Verdict::SignedOut
+                | Verdict::RetryLater { .. }
+                | Verdict::NetworkFailure
+                | Verdict::StaleIdentity { .. }
         )
     }
 }
 
 const OUTCOME_UNKNOWN: &str = "idempotency_outcome_unknown";
 const OUTCOME_UNKNOWN_CODE: &str = "PM_IDEMPOTENCY_OUTCOME_UNKNOWN";
-const IN_PROGRESS: &str = "idempotency_in_progress";
 const KEY_REUSED: &str = "idempotency_key_reused";
+const ACCOUNT_MISMATCH: &str = "account_mismatch";
+const REPLAY_UNAVAILABLE: &str = "idempotency_replay_unavailable";
+/// Stripe's error type for a key used with another request.
+const STRIPE_IDEMPOTENCY_ERROR: &str = "idempotency_error";
 
-/// The idempotency code of an error body: its `detail` or `code` string.
-fn error_codes(body: Option<&Value>) -> impl Iterator<Item = &str> {
-    ["detail", "code"]
+/// The string fields an error body may carry a code or a description in: the reference
+/// server's `detail`/`code`, problem+json's `type`/`title`/`detail`, and Stripe-style
+/// `{"error":{"type","code","message"}}`.
+fn error_strings<'a>(body: AnswerBody<'a>) -> impl Iterator<Item = &'a str> {
+    let json = match body {
+        AnswerBody::Json(v) => Some(v),
+        _ => None,
+    };
+    let top = ["detail", "code", "type", "title", "error", "message"]
         .into_iter()
-        .filter_map(move |f| body.and_then(|b| b.get(f)).and_then(Value::as_str))
+        .filter_map(move |f| json.and_then(|b| b.get(f)).and_then(Value::as_str));
+    let nested = ["type", "code", "message"]
+        .into_iter()
+        .filter_map(move |f| {
+            json.and_then(|b| b.get("error"))
+                .and_then(|e| e.get(f))
+                .and_then(Value::as_str)
+        });
+    top.chain(nested)
 }
 
-/// Classifies a replay's answer (`None`: the network failed or the attempt timed out).
+/// Whether the body carries exactly this code in `detail` or `code` (the reference
+/// server's and this contract's idempotency codes).
+fn has_code(body: AnswerBody<'_>, code: &str) -> bool {
+    let AnswerBody::Json(v) = body else {
+        return false;
+    };
+    ["detail", "code"]
+        .into_iter()
+        .any(|f| v.get(f).and_then(Value::as_str) == Some(code))
+}
+
+/// Whether the body names `word` anywhere a server puts an error's code or words
+/// (case-insensitive), JSON fields or plain text (an HTML error page).
+fn mentions(body: AnswerBody<'_>, word: &str) -> bool {
+    let hit = |s: &str| s.to_ascii_lowercase().contains(word);
+    match body {
+        AnswerBody::Text(t) => hit(t),
+        _ => error_strings(body).any(hit),
+    }
+}
+
+/// A CSRF refusal: a 403 whose body names CSRF (the reference server's
+/// `{"detail":"csrf_failed"}`, Django's "CSRF verification failed" page, …).
+fn is_csrf_failure(a: &ReplayAnswer<'_>) -> bool {
+    a.status == 403 && mentions(a.body, "csrf")
+}
+
+/// A key used with another request: the reference server's 422 `idempotency_key_reused`,
+/// a 422 whose problem details name idempotency (the IETF draft), Stripe's
+/// `idempotency_error` (a 400), express-idempotency's 417.
+fn is_key_misuse(a: &ReplayAnswer<'_>) -> bool {
+    let stripe = || {
+        let AnswerBody::Json(v) = a.body else {
+            return false;
+        };
+        v.get("error")
+            .and_then(|e| e.get("type"))
+            .and_then(Value::as_str)
+            == Some(STRIPE_IDEMPOTENCY_ERROR)
+    };
+    match a.status {
+        417 => true,
+        422 => has_code(a.body, KEY_REUSED) || mentions(a.body, "idempotenc"),
+        400 => stripe(),
+        _ => false,
+    }
+}
+
+/// The reference ledger's 409 `idempotency_replay_unavailable`: the first attempt
+/// finished, but its answer was too large to store, so only its `status` is given back.
+/// That status decides as the answer itself would have.
+fn replay_unavailable_status(a: &ReplayAnswer<'_>) -> Option<u16> {
+    if a.status != 409 || !has_code(a.body, REPLAY_UNAVAILABLE) {
+        return None;
+    }
+    let AnswerBody::Json(v) = a.body else {
+        return None;
+    };
+    v.get("status")
+        .and_then(Value::as_u64)
+        .filter(|s| (100..=599).contains(s))
+        .map(|s| s as u16)
+}
+
+/// Classifies a replay's answer (`None`: the network failed or the attempt timed out):
+/// contract 4.5, one arm per row, in the table's order of precedence.
 /// `now_ms` turns an HTTP-date `Retry-After` into a delay.
 pub fn classify(answer: Option<ReplayAnswer<'_>>, now_ms: u64) -> Verdict {
     let Some(a) = answer else {
         return Verdict::NetworkFailure;
     };
-    let has = |code: &str| error_codes(a.body).any(|c| c == code);
+    let attention = |reason| Verdict::Attention {
+        reason,
+        status: a.status,
+    };
+    let outcome_unknown = (a.status == 409 && has_code(a.body, OUTCOME_UNKNOWN))
+        || has_code(a.body, OUTCOME_UNKNOWN_CODE);
+    if let Some(stored) = replay_unavailable_status(&a) {
+        return match stored {
+            200..=299 => Verdict::Replayed,
+            500..=599 => Verdict::Attention {
+                reason: AttentionReason::Repeated5xx,
+                status: stored,
+            },
+            _ => Verdict::Attention {
+                reason: AttentionReason::Rejected,
+                status: stored,
+            },
+        };
+    }
     match a.status {
+        _ if a.opaque_redirect => attention(AttentionReason::Redirected),
         200..=299 => Verdict::Replayed,
+        300..=399 => attention(AttentionReason::Redirected),
         401 => Verdict::SignedOut,
-        409 if has(OUTCOME_UNKNOWN) => Verdict::Attention {
-            reason: AttentionReason::OutcomeUnknown,
-            status: 409,
-        },
-        status if has(OUTCOME_UNKNOWN_CODE) => Verdict::Attention {
-            reason: AttentionReason::OutcomeUnknown,
-            status,
-        },
-        409 if has(IN_PROGRESS) => Verdict::InProgress,
-        422 if has(KEY_REUSED) => Verdict::Attention {
-            reason: AttentionReason::KeyReused,
-            status: 422,
-        },
+        _ if outcome_unknown => attention(AttentionReason::OutcomeUnknown),
+        403 if is_csrf_failure(&a) => Verdict::StaleIdentity { status: 403 },
+        409 if has_code(a.body, ACCOUNT_MISMATCH) => Verdict::StaleIdentity { status: 409 },
+        409 => Verdict::InProgress,
+        _ if is_key_misuse(&a) => attention(AttentionReason::KeyReused),
         429 => Verdict::RetryLater {
             after_ms: a.retry_after.and_then(|r| parse_retry_after(r, now_ms)),
         },
+        500..=599 if a.replayed => attention(AttentionReason::Repeated5xx),
         503 if a.retry_after.is_some() => Verdict::RetryLater {
             after_ms: a.retry_after.and_then(|r| parse_retry_after(r, now_ms)),
         },
         status @ 500..=599 => Verdict::ServerFailure { status },
-        status => Verdict::Attention {
-            reason: AttentionReason::Rejected,
-            status,
-        },
+        _ => attention(AttentionReason::Rejected),
     }
 }
 
@@ -150,48 +282,85 @@ fn days_from_civil(y: i64, m: u64, d: u64) -> i64 {
 pub enum Settlement {
     Delete,
     /// Write these fields over the stored record.
-    Update(RecordMeta),
+    Update(Box<RecordMeta>),
     Unchanged,
 }
 
-/// The record change of a verdict. A 5xx counts towards `maxServerFailures`; at the
-/// limit the record needs attention (`repeated-5xx`).
+impl Settlement {
+    /// The reason the record now needs a person, when this settlement moves it there.
+    pub fn moved_to_attention(&self) -> Option<AttentionReason> {
+        match self {
+            Settlement::Update(m) => match m.state {
+                RecordState::NeedsAttention(r) => Some(r),
+                RecordState::Queued => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The record change of a verdict. A 5xx counts towards `maxServerFailures`, and so do
+/// 409 "still running" answers in a row; at the limit the record needs attention
+/// (`repeated-5xx`, `conflict`).
 pub fn settle(record: &RecordMeta, verdict: &Verdict, config: &Config) -> Settlement {
+    let limit = config.max_server_failures;
     match verdict {
         Verdict::Replayed => Settlement::Delete,
         Verdict::SignedOut
-        | Verdict::InProgress
+        | Verdict::StaleIdentity { .. }
         | Verdict::RetryLater { .. }
         | Verdict::NetworkFailure => Settlement::Unchanged,
         Verdict::Attention { reason, status } => {
             let mut r = record.clone();
             r.state = RecordState::NeedsAttention(*reason);
             r.last_status = Some(*status);
-            Settlement::Update(r)
+            Settlement::Update(Box::new(r))
+        }
+        Verdict::InProgress => {
+            let mut r = record.clone();
+            r.conflicts = r.conflicts.saturating_add(1);
+            if r.conflicts >= limit {
+                r.state = RecordState::NeedsAttention(AttentionReason::Conflict);
+                r.last_status = Some(409);
+            }
+            Settlement::Update(Box::new(r))
         }
         Verdict::ServerFailure { status } => {
             let mut r = record.clone();
             r.server_failures = r.server_failures.saturating_add(1);
+            r.conflicts = 0;
             r.last_status = Some(*status);
-            if r.server_failures >= config.max_server_failures {
+            if r.server_failures >= limit {
                 r.state = RecordState::NeedsAttention(AttentionReason::Repeated5xx);
             }
-            Settlement::Update(r)
+            Settlement::Update(Box::new(r))
         }
     }
 }
 
-/// A queued record older than `maxRetentionMs` needs attention (`expired`); it is never
-/// deleted silently.
+/// Age rules, checked before a queued record is sent (contract 4.5 "expired" and 4.7):
+/// a record that may have reached the server (it was sent once) and whose first send is
+/// older than `serverKeyTtlMs` is `key-expired` — the server may have forgotten its key,
+/// and resending it could apply it twice; one older than `maxRetentionMs` is `expired`.
+/// A record that never left the worker is not key-expired however old it is. Nothing is
+/// ever deleted for age.
 pub fn expire(record: &RecordMeta, now_ms: u64, config: &Config) -> Option<RecordMeta> {
-    let old = now_ms.saturating_sub(record.timestamp) > config.max_retention_ms;
-    if old && record.state == RecordState::Queued {
-        let mut r = record.clone();
-        r.state = RecordState::NeedsAttention(AttentionReason::Expired);
-        Some(r)
-    } else {
-        None
+    if record.state != RecordState::Queued {
+        return None;
     }
+    let key_window_passed = record
+        .first_sent_at
+        .is_some_and(|sent| now_ms.saturating_sub(sent) > config.server_key_ttl_ms);
+    let reason = if key_window_passed {
+        AttentionReason::KeyExpired
+    } else if now_ms.saturating_sub(record.timestamp) > config.max_retention_ms {
+        AttentionReason::Expired
+    } else {
+        return None;
+    };
+    let mut r = record.clone();
+    r.state = RecordState::NeedsAttention(reason);
+    Some(r)
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -203,36 +372,60 @@ mod tests {
     fn answer(status: u16, body: Value, retry_after: Option<&str>) -> Verdict {
         classify(
             Some(ReplayAnswer {
-                status,
                 retry_after,
-                body: Some(&body),
+                body: AnswerBody::Json(&body),
+                ..ReplayAnswer::status(status)
             }),
             0,
         )
     }
 
+    fn text(status: u16, body: &str) -> Verdict {
+        classify(
+            Some(ReplayAnswer {
+                body: AnswerBody::Text(body),
+                ..ReplayAnswer::status(status)
+            }),
+            0,
+        )
+    }
+
+    fn bare(status: u16) -> Verdict {
+        classify(Some(ReplayAnswer::status(status)), 0)
+    }
+
+    fn attention(reason: AttentionReason, status: u16) -> Verdict {
+        Verdict::Attention { reason, status }
+    }
+
     fn record() -> RecordMeta {
         RecordMeta {
             id: RecordId(1),
-            method: "POST".into(),
             path: "/projects/1/tasks".into(),
-            content_type: None,
             timestamp: 1_000,
             owner: Some("alice".into()),
             workspace: Some("1".into()),
-            key: None,
-            state: RecordState::Queued,
-            server_failures: 0,
-            last_status: None,
-            attempts: 0,
-            body_len: 0,
+            ..RecordMeta::default()
         }
     }
 
+    fn updated(s: Settlement) -> RecordMeta {
+        match s {
+            Settlement::Update(r) => *r,
+            other => panic!("expected an update, got {other:?}"),
+        }
+    }
+
+    // Row: 2xx, with or without `Idempotent-Replayed: true`.
     #[test]
     fn row_2xx_is_replayed_with_or_without_ledger_replay() {
         for s in [200, 201, 204, 299] {
             assert_eq!(answer(s, json!({}), None), Verdict::Replayed);
+            let replayed = ReplayAnswer {
+                replayed: true,
+                ..ReplayAnswer::status(s)
+            };
+            assert_eq!(classify(Some(replayed), 0), Verdict::Replayed);
         }
         assert_eq!(
             settle(&record(), &Verdict::Replayed, &Config::default()),
@@ -240,6 +433,26 @@ mod tests {
         );
     }
 
+    // Row: 3xx, or an opaque redirect (redirect: "manual").
+    #[test]
+    fn row_redirects_need_attention_and_never_count_as_replayed() {
+        for s in [301, 302, 303, 307, 308] {
+            assert_eq!(bare(s), attention(AttentionReason::Redirected, s));
+        }
+        let opaque = ReplayAnswer {
+            opaque_redirect: true,
+            ..ReplayAnswer::status(0)
+        };
+        let v = classify(Some(opaque), 0);
+        assert_eq!(v, attention(AttentionReason::Redirected, 0));
+        let r = updated(settle(&record(), &v, &Config::default()));
+        assert_eq!(
+            r.state,
+            RecordState::NeedsAttention(AttentionReason::Redirected)
+        );
+    }
+
+    // Row: 401.
     #[test]
     fn row_401_stops_and_leaves_the_record() {
         let v = answer(401, json!({"detail":"not_signed_in"}), None);
@@ -251,57 +464,183 @@ mod tests {
         );
     }
 
+    // Row: 403 with a CSRF failure, or 409 account_mismatch.
     #[test]
-    fn row_409_in_progress_waits() {
-        let v = answer(409, json!({"detail":"idempotency_in_progress"}), None);
-        assert_eq!(v, Verdict::InProgress);
-        assert!(!v.stops_flush());
+    fn row_csrf_403_and_account_mismatch_are_a_stale_identity() {
+        assert_eq!(
+            answer(403, json!({"detail":"csrf_failed"}), None),
+            Verdict::StaleIdentity { status: 403 }
+        );
+        assert_eq!(
+            text(
+                403,
+                "<h1>Forbidden (403)</h1><p>CSRF verification failed.</p>"
+            ),
+            Verdict::StaleIdentity { status: 403 }
+        );
+        assert_eq!(
+            answer(403, json!({"error":{"code":"EBADCSRFTOKEN"}}), None),
+            Verdict::StaleIdentity { status: 403 }
+        );
+        assert_eq!(
+            answer(
+                409,
+                json!({"detail":"account_mismatch","user":{"id":"bob"}}),
+                None
+            ),
+            Verdict::StaleIdentity { status: 409 }
+        );
+        let v = Verdict::StaleIdentity { status: 403 };
         assert_eq!(
             settle(&record(), &v, &Config::default()),
             Settlement::Unchanged
         );
+        // A 403 that is not about CSRF is the server's refusal.
+        assert_eq!(
+            answer(403, json!({"detail":"forbidden"}), None),
+            attention(AttentionReason::Rejected, 403)
+        );
+        assert_eq!(bare(403), attention(AttentionReason::Rejected, 403));
     }
 
+    // Row: 409 idempotency_in_progress, or any other 409 without an outcome-unknown
+    // marker (the IETF draft, express-idempotency's HTML page, Stripe's key in use).
+    #[test]
+    fn row_409_still_running_waits_then_needs_attention() {
+        let families = [
+            answer(409, json!({"detail":"idempotency_in_progress"}), None),
+            text(409, "<!DOCTYPE html><pre>Error: A previous request is still in progress for this key.</pre>"),
+            answer(
+                409,
+                json!({"type":"https://developer.example.com/idempotency",
+                       "title":"A request is outstanding for this Idempotency-Key"}),
+                None,
+            ),
+            answer(
+                409,
+                json!({"error":{"type":"idempotency_error","code":"idempotency_key_in_use"}}),
+                None,
+            ),
+            bare(409),
+        ];
+        for v in families {
+            assert_eq!(v, Verdict::InProgress);
+            assert!(!v.stops_flush());
+        }
+        let c = Config::default();
+        let mut r = record();
+        for n in 1..=3 {
+            r = updated(settle(&r, &Verdict::InProgress, &c));
+            assert_eq!(r.conflicts, n);
+            let want = if n < 3 {
+                RecordState::Queued
+            } else {
+                RecordState::NeedsAttention(AttentionReason::Conflict)
+            };
+            assert_eq!(r.state, want, "after {n} answers");
+        }
+        assert_eq!(r.last_status, Some(409));
+        // "In a row": another answer in between starts the count again.
+        let mut r = record();
+        r.conflicts = 2;
+        let r = updated(settle(&r, &Verdict::ServerFailure { status: 500 }, &c));
+        assert_eq!(r.conflicts, 0);
+    }
+
+    // The reference ledger's answer stored as status only: that status decides.
+    #[test]
+    fn a_replay_unavailable_answer_decides_by_its_stored_status() {
+        let v = |status: u16| {
+            answer(
+                409,
+                json!({"detail":"idempotency_replay_unavailable","status":status}),
+                None,
+            )
+        };
+        assert_eq!(v(201), Verdict::Replayed);
+        assert_eq!(v(500), attention(AttentionReason::Repeated5xx, 500));
+        assert_eq!(v(422), attention(AttentionReason::Rejected, 422));
+        assert_eq!(
+            answer(
+                409,
+                json!({"detail":"idempotency_replay_unavailable"}),
+                None
+            ),
+            Verdict::InProgress,
+            "without its status it is a bare 409"
+        );
+    }
+
+    // Row: 409 idempotency_outcome_unknown, or code PM_IDEMPOTENCY_OUTCOME_UNKNOWN.
     #[test]
     fn row_outcome_unknown_by_detail_or_code() {
         let want = AttentionReason::OutcomeUnknown;
-        assert!(matches!(
+        assert_eq!(
             answer(409, json!({"detail":"idempotency_outcome_unknown"}), None),
-            Verdict::Attention { reason, status: 409 } if reason == want
-        ));
-        assert!(matches!(
+            attention(want, 409)
+        );
+        assert_eq!(
             answer(409, json!({"code":"idempotency_outcome_unknown"}), None),
-            Verdict::Attention { reason, .. } if reason == want
-        ));
-        assert!(matches!(
+            attention(want, 409)
+        );
+        assert_eq!(
             answer(500, json!({"code":"PM_IDEMPOTENCY_OUTCOME_UNKNOWN"}), None),
-            Verdict::Attention { reason, status: 500 } if reason == want
-        ));
+            attention(want, 500)
+        );
         let v = answer(409, json!({"detail":"idempotency_outcome_unknown"}), None);
-        let Settlement::Update(r) = settle(&record(), &v, &Config::default()) else {
-            panic!("must update");
-        };
+        let r = updated(settle(&record(), &v, &Config::default()));
         assert_eq!(r.state, RecordState::NeedsAttention(want));
     }
 
+    // Row: 422 idempotency_key_reused, or another server's key-misuse answer.
     #[test]
-    fn row_422_key_reused() {
+    fn row_key_misuse_of_every_family() {
+        let want = |s| attention(AttentionReason::KeyReused, s);
         assert_eq!(
             answer(422, json!({"detail":"idempotency_key_reused"}), None),
-            Verdict::Attention {
-                reason: AttentionReason::KeyReused,
-                status: 422
-            }
+            want(422)
         );
         assert_eq!(
             answer(422, json!({"code":"idempotency_key_reused"}), None),
-            Verdict::Attention {
-                reason: AttentionReason::KeyReused,
-                status: 422
-            }
+            want(422)
+        );
+        // The IETF draft: problem details whose type and title name the key.
+        assert_eq!(
+            answer(
+                422,
+                json!({"type":"https://developer.example.com/idempotency",
+                       "title":"Idempotency-Key is already used"}),
+                None
+            ),
+            want(422)
+        );
+        // Stripe: a 400 of type idempotency_error.
+        assert_eq!(
+            answer(
+                400,
+                json!({"error":{"type":"idempotency_error","message":"Keys for idempotent requests can only be used with the same parameters they were first used with."}}),
+                None
+            ),
+            want(400)
+        );
+        // express-idempotency: 417 with Express's HTML error page.
+        assert_eq!(
+            text(417, "<pre>Error: Misuse of the idempotency key.</pre>"),
+            want(417)
+        );
+        assert_eq!(bare(417), want(417));
+        // A plain validation error stays "rejected".
+        assert_eq!(
+            answer(422, json!({"detail":"title too long"}), None),
+            attention(AttentionReason::Rejected, 422)
+        );
+        assert_eq!(
+            answer(400, json!({"error":{"type":"invalid_request_error"}}), None),
+            attention(AttentionReason::Rejected, 400)
         );
     }
 
+    // Row: 429, or 503 with Retry-After.
     #[test]
     fn row_429_and_503_with_retry_after_stop_the_flush() {
         assert_eq!(
@@ -328,6 +667,27 @@ mod tests {
         );
     }
 
+    // Row: 5xx with Idempotent-Replayed: true.
+    #[test]
+    fn row_replayed_5xx_needs_attention_at_once() {
+        for (s, retry_after) in [(500, None), (502, None), (503, Some("5"))] {
+            let a = ReplayAnswer {
+                replayed: true,
+                retry_after,
+                ..ReplayAnswer::status(s)
+            };
+            let v = classify(Some(a), 0);
+            assert_eq!(v, attention(AttentionReason::Repeated5xx, s));
+            let r = updated(settle(&record(), &v, &Config::default()));
+            assert_eq!(
+                r.state,
+                RecordState::NeedsAttention(AttentionReason::Repeated5xx)
+            );
+            assert_eq!(r.last_status, Some(s));
+        }
+    }
+
+    // Row: other 5xx.
     #[test]
     fn row_other_5xx_counts_to_repeated_5xx() {
         let c = Config::default();
@@ -340,9 +700,7 @@ mod tests {
         assert!(!v.stops_flush());
         let mut r = record();
         for n in 1..=3 {
-            let Settlement::Update(next) = settle(&r, &v, &c) else {
-                panic!("5xx must update");
-            };
+            let next = updated(settle(&r, &v, &c));
             assert_eq!(next.server_failures, n);
             let want = if n < 3 {
                 RecordState::Queued
@@ -354,43 +712,27 @@ mod tests {
         }
     }
 
+    // Row: other 4xx.
     #[test]
     fn row_other_4xx_is_rejected_with_its_status() {
-        for s in [400, 403, 404, 409, 410, 413, 422] {
+        for s in [400, 403, 404, 410, 412, 413, 422] {
             let v = answer(s, json!({"detail":"nope"}), None);
-            assert_eq!(
-                v,
-                Verdict::Attention {
-                    reason: AttentionReason::Rejected,
-                    status: s
-                }
-            );
-            let Settlement::Update(r) = settle(&record(), &v, &Config::default()) else {
-                panic!("must update");
-            };
+            assert_eq!(v, attention(AttentionReason::Rejected, s));
+            let r = updated(settle(&record(), &v, &Config::default()));
             assert_eq!(r.last_status, Some(s));
             assert_eq!(
                 r.state,
                 RecordState::NeedsAttention(AttentionReason::Rejected)
             );
         }
-        let v = classify(
-            Some(ReplayAnswer {
-                status: 400,
-                retry_after: None,
-                body: None,
-            }),
-            0,
-        );
+        assert_eq!(bare(400), attention(AttentionReason::Rejected, 400));
         assert_eq!(
-            v,
-            Verdict::Attention {
-                reason: AttentionReason::Rejected,
-                status: 400
-            }
+            text(412, "Precondition Failed"),
+            attention(AttentionReason::Rejected, 412)
         );
     }
 
+    // Row: network failure or timeout.
     #[test]
     fn row_network_failure_stops_and_leaves_the_record() {
         let v = classify(None, 0);
@@ -402,6 +744,7 @@ mod tests {
         );
     }
 
+    // Row: (none) — older than maxRetentionMs.
     #[test]
     fn row_expired_needs_attention_never_deletion() {
         let c = Config::default();
@@ -413,6 +756,34 @@ mod tests {
             RecordState::NeedsAttention(AttentionReason::Expired)
         );
         assert_eq!(expire(&e, u64::MAX, &c), None, "already needs attention");
+    }
+
+    // 4.7: the server's key window.
+    #[test]
+    fn a_record_sent_once_past_the_key_window_is_key_expired() {
+        let c = Config::default();
+        let mut sent = record();
+        sent.first_sent_at = Some(5_000);
+        assert_eq!(expire(&sent, 5_000 + c.server_key_ttl_ms, &c), None);
+        let e = expire(&sent, 5_001 + c.server_key_ttl_ms, &c).expect("key window passed");
+        assert_eq!(
+            e.state,
+            RecordState::NeedsAttention(AttentionReason::KeyExpired)
+        );
+        // Past both windows, the key window is the reason given (it is the risk).
+        let e = expire(&sent, u64::MAX / 2, &c).expect("both");
+        assert_eq!(
+            e.state,
+            RecordState::NeedsAttention(AttentionReason::KeyExpired)
+        );
+    }
+
+    #[test]
+    fn a_record_that_never_left_the_worker_is_never_key_expired() {
+        let c = Config::default();
+        let never_sent = record();
+        let days = 6 * 24 * 3_600_000;
+        assert_eq!(expire(&never_sent, never_sent.timestamp + days, &c), None);
     }
 
     #[test]
@@ -435,6 +806,12 @@ mod tests {
         assert_eq!(
             parse_retry_after("Wed, 02 Dec 2026 16:00:00 GMT", 0),
             Some(1_796_227_200_000)
+        );
+        assert!(parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", 0).is_some());
+        assert_eq!(
+            parse_retry_after("31536000", 0),
+            Some(31_536_000_000),
+            "unclamped here: Backoff bounds it"
         );
         for bad in [
             "",

@@ -30,6 +30,21 @@ pub struct Config {
     pub max_retention_ms: u64,
     pub flush_budget_ms: u32,
     pub replay_concurrency: u32,
+    /// A JavaScript regular expression matched against the path and query: matching
+    /// writes are sent like any other but never queued (contract 2.9, r2).
+    pub never_queue_pattern: Option<String>,
+    /// How long the server's idempotency ledger keeps a key (contract 4.7, r2): a record
+    /// that may have reached the server is never sent with its old key after this.
+    pub server_key_ttl_ms: u64,
+    /// The longest a server's `Retry-After` may hold delivery (contract 4.5, r2).
+    pub max_retry_after_ms: u32,
+    /// How often a worker that saw the network fail probes it (`GET authMePath`) while it
+    /// queues writes without a first attempt (the known-offline fast path).
+    pub offline_probe_ms: u32,
+    /// The page's own request headers stored with a record and sent on its replays
+    /// (contract 4.4, r2); credentials, the CSRF header and hop-by-hop headers never are
+    /// ([`Config::stores_header`]).
+    pub replay_headers: Vec<String>,
     /// App-shell URLs cached at install (section 9).
     pub precache: Vec<String>,
     /// The precached URL answered for navigations that fail (section 9); `None`: the
@@ -59,6 +74,11 @@ impl Default for Config {
             max_retention_ms: 7 * 24 * 60 * 60 * 1000,
             flush_budget_ms: 25_000,
             replay_concurrency: 4,
+            never_queue_pattern: None,
+            server_key_ttl_ms: 24 * 60 * 60 * 1000,
+            max_retry_after_ms: 60 * 60 * 1000,
+            offline_probe_ms: 2000,
+            replay_headers: DEFAULT_REPLAY_HEADERS.iter().map(|h| (*h).into()).collect(),
             precache: Vec::new(),
             shell_url: None,
             notification_url: "/".into(),
@@ -66,6 +86,48 @@ impl Default for Config {
         }
     }
 }
+
+/// The page headers a replay carries by default (contract 4.4): the conditional-request
+/// headers that keep a stale queued edit from overwriting newer server state (a replayed
+/// `If-Match` gets its 412), and content negotiation.
+pub const DEFAULT_REPLAY_HEADERS: [&str; 7] = [
+    "If-Match",
+    "If-None-Match",
+    "If-Unmodified-Since",
+    "If-Modified-Since",
+    "Accept",
+    "Accept-Language",
+    "Content-Language",
+];
+
+/// Headers never stored with a record, whatever `replayHeaders` lists: credentials (the
+/// browser adds the cookie of the moment, and a stored token would outlive a sign-out),
+/// the headers the worker sets itself, the body's own (`Content-Type` is stored apart)
+/// and hop-by-hop headers.
+const NEVER_STORED: [&str; 14] = [
+    "cookie",
+    "authorization",
+    "proxy-authorization",
+    "idempotency-key",
+    "content-type",
+    "content-length",
+    "host",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The largest timer a browser honours (`setTimeout` takes a signed 32-bit delay; a
+/// larger one fires at once).
+pub const MAX_TIMER_MS: u64 = (1 << 31) - 1;
+
+/// The largest integer a JavaScript number holds exactly: bounds the millisecond spans
+/// compared with `Date.now()`.
+const MAX_SPAN_MS: u64 = (1 << 53) - 1;
 
 /// Why a configuration was refused. The worker refuses to start rather than run with a
 /// configuration it would have to guess about.
@@ -106,20 +168,49 @@ impl Config {
         if self.sync_tag.is_empty() {
             return bad("syncTag", "must not be empty");
         }
-        if self.attempt_timeout_ms == 0 {
-            return bad("attemptTimeoutMs", "must be positive");
+        let timer = "must be between 1 and 2147483647 (a browser timer)";
+        if !in_range(self.attempt_timeout_ms, 1, MAX_TIMER_MS) {
+            return bad("attemptTimeoutMs", timer);
         }
-        if self.max_records == 0 {
-            return bad("maxRecords", "must be positive");
+        if !in_range(self.flush_budget_ms, 1, MAX_TIMER_MS) {
+            return bad("flushBudgetMs", timer);
         }
-        if self.max_server_failures == 0 {
-            return bad("maxServerFailures", "must be positive");
+        if !in_range(self.max_retry_after_ms, 1, MAX_TIMER_MS) {
+            return bad("maxRetryAfterMs", timer);
         }
-        if self.flush_budget_ms == 0 {
-            return bad("flushBudgetMs", "must be positive");
+        if !in_range(self.offline_probe_ms, 1, MAX_TIMER_MS) {
+            return bad("offlineProbeMs", timer);
         }
-        if self.replay_concurrency == 0 || self.replay_concurrency > 32 {
+        let span = "must be between 1 and 9007199254740991";
+        if !in_range(self.max_retention_ms, 1, MAX_SPAN_MS) {
+            return bad("maxRetentionMs", span);
+        }
+        if !in_range(self.server_key_ttl_ms, 1, MAX_SPAN_MS) {
+            return bad("serverKeyTtlMs", span);
+        }
+        if !in_range(self.max_body_bytes, 1, MAX_BODY_BYTES) {
+            return bad("maxBodyBytes", "must be between 1 and 268435456 (256 MiB)");
+        }
+        if !in_range(self.max_records, 1, MAX_RECORDS) {
+            return bad("maxRecords", "must be between 1 and 1000000");
+        }
+        if !in_range(self.max_server_failures, 1, 1000) {
+            return bad("maxServerFailures", "must be between 1 and 1000");
+        }
+        if !in_range(self.replay_concurrency, 1, 32) {
             return bad("replayConcurrency", "must be between 1 and 32");
+        }
+        if self.replay_headers.iter().any(|h| !is_header_name(h)) {
+            return bad("replayHeaders", "must list HTTP header names");
+        }
+        if self.never_queue_pattern.as_deref() == Some("") {
+            return bad(
+                "neverQueuePattern",
+                "must be a non-empty pattern, or null for none",
+            );
+        }
+        if self.build.is_empty() {
+            return bad("build", "must not be empty");
         }
         if let Some(u) = &self.shell_url {
             if !self.precache.contains(u) {
@@ -129,10 +220,33 @@ impl Config {
         Ok(self)
     }
 
+    /// Whether a page's request header is stored with its record for replays: listed in
+    /// `replayHeaders`, and none of the headers that are never stored (credentials, the
+    /// CSRF and expected-account headers, hop-by-hop headers).
+    pub fn stores_header(&self, name: &str) -> bool {
+        let never = NEVER_STORED.iter().any(|n| n.eq_ignore_ascii_case(name))
+            || name.eq_ignore_ascii_case(&self.csrf_header)
+            || name.eq_ignore_ascii_case(&self.expected_account_header);
+        !never
+            && self
+                .replay_headers
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(name))
+    }
+
     /// The API base without its trailing slash (`/api`): record paths are relative to it.
     pub fn api_base(&self) -> &str {
         self.api_prefix.trim_end_matches('/')
     }
+}
+
+/// Bodies are held in memory by the browser while they are stored and sent.
+const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
+/// A queue scan is linear in the records; a million is far past any device's use.
+const MAX_RECORDS: u64 = 1_000_000;
+
+fn in_range(v: impl Into<u64>, lo: u64, hi: u64) -> bool {
+    (lo..=hi).contains(&v.into())
 }
 
 fn is_header_name(s: &str) -> bool {
@@ -156,6 +270,10 @@ mod tests {
         assert_eq!(c.max_retention_ms, 604_800_000);
         assert_eq!(c.flush_budget_ms, 25_000);
         assert_eq!(c.replay_concurrency, 4);
+        assert_eq!(c.server_key_ttl_ms, 86_400_000);
+        assert_eq!(c.max_retry_after_ms, 3_600_000);
+        assert_eq!(c.never_queue_pattern, None);
+        assert_eq!(c.replay_headers.len(), 7);
     }
 
     #[test]
@@ -180,5 +298,79 @@ mod tests {
         assert!(c.validate().is_err());
         let c: Config = serde_json::from_str(r#"{"csrfHeader":"X CSRF"}"#).expect("parses");
         assert!(c.validate().is_err());
+    }
+
+    #[test]
+    fn every_number_is_range_checked() {
+        let refused = |json: &str, field: &str| {
+            let c: Config = serde_json::from_str(json).expect("parses");
+            let err = c.validate().expect_err(json).to_string();
+            assert!(
+                err.starts_with(&format!("config.{field}:")),
+                "{json}: {err}"
+            );
+        };
+        refused(r#"{"attemptTimeoutMs":2147483648}"#, "attemptTimeoutMs");
+        refused(r#"{"attemptTimeoutMs":0}"#, "attemptTimeoutMs");
+        refused(r#"{"flushBudgetMs":4294967295}"#, "flushBudgetMs");
+        refused(r#"{"maxRetryAfterMs":0}"#, "maxRetryAfterMs");
+        refused(r#"{"maxRetryAfterMs":3000000000}"#, "maxRetryAfterMs");
+        refused(r#"{"offlineProbeMs":0}"#, "offlineProbeMs");
+        refused(r#"{"maxRetentionMs":0}"#, "maxRetentionMs");
+        refused(r#"{"maxRetentionMs":9007199254740992}"#, "maxRetentionMs");
+        refused(r#"{"serverKeyTtlMs":0}"#, "serverKeyTtlMs");
+        refused(r#"{"maxBodyBytes":0}"#, "maxBodyBytes");
+        refused(r#"{"maxBodyBytes":268435457}"#, "maxBodyBytes");
+        refused(r#"{"maxRecords":1000001}"#, "maxRecords");
+        refused(r#"{"maxServerFailures":1001}"#, "maxServerFailures");
+        refused(r#"{"replayConcurrency":33}"#, "replayConcurrency");
+        refused(r#"{"replayHeaders":["If Match"]}"#, "replayHeaders");
+        refused(r#"{"neverQueuePattern":""}"#, "neverQueuePattern");
+        refused(r#"{"build":""}"#, "build");
+        for ok in [
+            r#"{"attemptTimeoutMs":2147483647}"#,
+            r#"{"maxRetryAfterMs":1}"#,
+            r#"{"serverKeyTtlMs":9007199254740991}"#,
+            r#"{"neverQueuePattern":"/merge$"}"#,
+            r#"{"replayHeaders":[]}"#,
+        ] {
+            let c: Config = serde_json::from_str(ok).expect("parses");
+            assert!(c.validate().is_ok(), "{ok}");
+        }
+        // Out of the field's type altogether: refused by the reader.
+        assert!(serde_json::from_str::<Config>(r#"{"attemptTimeoutMs":-1}"#).is_err());
+        assert!(serde_json::from_str::<Config>(r#"{"attemptTimeoutMs":1.5}"#).is_err());
+    }
+
+    #[test]
+    fn replay_headers_never_include_credentials_or_the_workers_own() {
+        let c = Config::default();
+        for stored in ["If-Match", "if-none-match", "Accept-Language"] {
+            assert!(c.stores_header(stored), "{stored}");
+        }
+        assert!(!c.stores_header("X-Custom"), "not listed");
+        let c = Config {
+            replay_headers: [
+                "Cookie",
+                "Authorization",
+                "Proxy-Authorization",
+                "X-CSRF-Token",
+                "X-PM-Expected-Account",
+                "Idempotency-Key",
+                "Connection",
+                "Transfer-Encoding",
+                "Content-Type",
+                "X-Custom",
+            ]
+            .iter()
+            .map(|h| (*h).into())
+            .collect(),
+            ..Config::default()
+        };
+        let c = c.validate().expect("listing them is allowed");
+        for never in &c.replay_headers[..9] {
+            assert!(!c.stores_header(never), "{never}");
+        }
+        assert!(c.stores_header("x-custom"));
     }
 }

@@ -46,6 +46,16 @@ pub enum NotQueued {
     Full { max: u32 },
     #[error("the write could not be stored on this device: {0}")]
     Storage(String),
+    /// `neverQueuePattern` matched and the network failed (contract 2.9, r2).
+    #[error("this write is never queued (neverQueuePattern) and the network failed: it was not sent; keep the user's input and try again")]
+    NeverQueued,
+    /// `neverQueuePattern` matched and an earlier write of its lane is unresolved:
+    /// sending it would overtake that write, queuing it is not allowed.
+    #[error("this write is never queued (neverQueuePattern) and an earlier write of its workspace is still waiting to be delivered: it was not sent")]
+    NeverQueuedBehind,
+    /// `CLEAR_DEVICE` committed while the write was on its first attempt (contract 6, r2).
+    #[error("this device was cleared while the write was being sent: it was not stored")]
+    Cleared,
 }
 
 /// Whether a failed write may be queued at all, before storage is touched.
@@ -88,7 +98,10 @@ impl SyntheticAnswer {
         let status = match why {
             NotQueued::TooLarge { .. } => 413,
             NotQueued::Full { .. } => 507,
-            NotQueued::Storage(_) => 503,
+            NotQueued::Storage(_)
+            | NotQueued::NeverQueued
+            | NotQueued::NeverQueuedBehind
+            | NotQueued::Cleared => 503,
         };
         SyntheticAnswer {
             status,
@@ -156,9 +169,10 @@ mod tests {
 
     #[test]
     fn page_keys_are_kept_or_refused_and_absent_keys_minted() {
-        let page = "client-key-0123456789abcdef";
-        let k = choose_key(Some(page), || panic!("must not mint")).expect("kept");
-        assert_eq!(k.as_str(), page);
+        for page in ["client-key-0123456789abcdef", "order_1234", "k:7f3e"] {
+            let k = choose_key(Some(page), || panic!("must not mint")).expect("kept");
+            assert_eq!(k.as_str(), page);
+        }
         assert!(matches!(
             choose_key(Some("bad key"), IdempotencyKey::mint_opt),
             Err(FirstAttemptRefusal::Key(_))
@@ -200,6 +214,9 @@ mod tests {
             (NotQueued::TooLarge { len: 2, max: 1 }, 413),
             (NotQueued::Full { max: 1 }, 507),
             (NotQueued::Storage("QuotaExceededError".into()), 503),
+            (NotQueued::NeverQueued, 503),
+            (NotQueued::NeverQueuedBehind, 503),
+            (NotQueued::Cleared, 503),
         ];
         for (why, status) in cases {
             let a = SyntheticAnswer::not_queued(&why);

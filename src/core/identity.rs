@@ -46,6 +46,21 @@ pub fn read_identity(status: u16, body: Option<&Value>, csrf_header: Option<&str
     }
 }
 
+/// The longest account id the outbox accepts: it is sent as a header value.
+pub const MAX_ACCOUNT_ID_LEN: usize = 256;
+
+/// Whether an account id can travel as the expected-account header value exactly as the
+/// server will compare it: 1–256 visible ASCII characters or inner spaces. Anything
+/// else is refused where a page names an account (contract 7, r2): a non-Latin-1
+/// character makes the browser's `Headers` throw on every write, and a Latin-1 one is
+/// sent as bytes a server decoding UTF-8 would not match.
+pub fn is_account_id(s: &str) -> bool {
+    (1..=MAX_ACCOUNT_ID_LEN).contains(&s.len())
+        && s.bytes().all(|b| (0x20..=0x7e).contains(&b))
+        && !s.starts_with(' ')
+        && !s.ends_with(' ')
+}
+
 /// Recovery acts only when a fresh identity answer names exactly the account the page
 /// said it acts for (contract section 6).
 pub fn confirms(identity: &Identity, owner: &str) -> bool {
@@ -109,6 +124,25 @@ mod tests {
                 read_identity(s, None, None),
                 Identity::Unavailable { status: s }
             );
+        }
+    }
+
+    #[test]
+    fn account_ids_must_be_header_values() {
+        for ok in ["alice", "u-1", "a b", "user@example.com", &"x".repeat(256)] {
+            assert!(is_account_id(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            " alice",
+            "alice ",
+            "caf\u{e9}",
+            "\u{1F600}",
+            "a\tb",
+            "a\nb",
+            &"x".repeat(257),
+        ] {
+            assert!(!is_account_id(bad), "{bad:?}");
         }
     }
 

@@ -3,8 +3,10 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A validated `Idempotency-Key`: 22–64 characters of `[A-Za-z0-9_-]`. A minted key is
-/// a UUID v4 in its hyphenated form (36 characters), which fits that shape.
+/// A validated `Idempotency-Key`: 1–255 visible ASCII characters (0x21–0x7E), the shape
+/// Stripe and draft-ietf-httpapi-idempotency-key-header allow, so a page's own keys
+/// (`order_1234`, an 80-character hash, `k:7f3e`) pass through as they are (contract
+/// 2.2, r2). A minted key is a UUID v4 in its hyphenated form (36 characters).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct IdempotencyKey(String);
@@ -12,27 +14,24 @@ pub struct IdempotencyKey(String);
 /// Why a page-supplied key was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    #[error("Idempotency-Key must be 22 to 64 characters long, got {0}")]
+    #[error("Idempotency-Key must be 1 to 255 characters long, got {0}")]
     Length(usize),
-    #[error("Idempotency-Key may contain only A-Z, a-z, 0-9, '_' and '-'")]
+    #[error("Idempotency-Key may contain only visible ASCII characters (0x21-0x7E): no spaces, controls or non-ASCII")]
     Charset,
 }
 
 impl IdempotencyKey {
-    pub const MIN_LEN: usize = 22;
-    pub const MAX_LEN: usize = 64;
+    pub const MIN_LEN: usize = 1;
+    pub const MAX_LEN: usize = 255;
 
     /// Checks the shape of a key that came from a page, a record or a server.
     pub fn parse(s: &str) -> Result<Self, KeyError> {
+        if !s.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+            return Err(KeyError::Charset);
+        }
         let len = s.len();
         if !(Self::MIN_LEN..=Self::MAX_LEN).contains(&len) {
-            return Err(KeyError::Length(s.chars().count()));
-        }
-        if !s
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-        {
-            return Err(KeyError::Charset);
+            return Err(KeyError::Length(len));
         }
         Ok(IdempotencyKey(s.to_owned()))
     }
@@ -101,28 +100,50 @@ mod tests {
     }
 
     #[test]
+    fn real_page_keys_are_kept() {
+        let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08".repeat(2);
+        for k in [
+            "order_1234",
+            &hash[..80],
+            "k:7f3e",
+            "a",
+            "~!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}",
+        ] {
+            assert_eq!(
+                IdempotencyKey::parse(k).map(|k| k.0),
+                Ok(k.to_owned()),
+                "{k}"
+            );
+        }
+        assert!(IdempotencyKey::parse(&"a".repeat(255)).is_ok());
+    }
+
+    #[test]
     fn shape_is_enforced() {
+        assert_eq!(IdempotencyKey::parse("").unwrap_err(), KeyError::Length(0));
         assert_eq!(
-            IdempotencyKey::parse("short").unwrap_err(),
-            KeyError::Length(5)
+            IdempotencyKey::parse(&"a".repeat(256)).unwrap_err(),
+            KeyError::Length(256)
         );
-        assert!(IdempotencyKey::parse(&"a".repeat(22)).is_ok());
-        assert!(IdempotencyKey::parse(&"a".repeat(64)).is_ok());
-        assert!(IdempotencyKey::parse(&"a".repeat(21)).is_err());
-        assert!(IdempotencyKey::parse(&"a".repeat(65)).is_err());
-        assert_eq!(
-            IdempotencyKey::parse("abcdefghijklmnopqrstu v").unwrap_err(),
-            KeyError::Charset
-        );
-        assert_eq!(
-            IdempotencyKey::parse("abcdefghijklmnopqrstuvé").unwrap_err(),
-            KeyError::Charset
-        );
+        for bad in [
+            "has space",
+            "tab\there",
+            "new\nline",
+            "caf\u{e9}",
+            "\u{7f}del",
+            "k\u{0}",
+        ] {
+            assert_eq!(
+                IdempotencyKey::parse(bad).unwrap_err(),
+                KeyError::Charset,
+                "{bad:?}"
+            );
+        }
     }
 
     proptest! {
         #[test]
-        fn any_key_of_the_shape_round_trips(s in "[A-Za-z0-9_-]{22,64}") {
+        fn any_key_of_the_shape_round_trips(s in "[!-~]{1,255}") {
             let k = IdempotencyKey::parse(&s).expect("valid shape");
             let json = serde_json::to_string(&k).expect("serialises");
             let back: IdempotencyKey = serde_json::from_str(&json).expect("parses");

@@ -5,6 +5,7 @@
 pub mod answer;
 pub mod backoff;
 pub mod config;
+pub mod content;
 pub mod first_attempt;
 pub mod identity;
 pub mod key;

@@ -3,9 +3,32 @@
 
 use super::backoff::Trigger;
 
+/// What a flush sent, by kind: the method names the kind of change, never its content.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub new: usize,
+    pub edits: usize,
+    pub deletions: usize,
+}
+
+impl Sent {
+    /// Counts one replayed write of `method`.
+    pub fn count(&mut self, method: &str) {
+        match method {
+            "POST" => self.new += 1,
+            "DELETE" => self.deletions += 1,
+            _ => self.edits += 1,
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.new + self.edits + self.deletions
+    }
+}
+
 /// The text of the notification for a background flush: how many queued changes were
-/// sent and how many now need attention. `None` when there is nothing to say.
-pub fn summary(replayed: usize, needs_attention: usize) -> Option<String> {
+/// sent, by kind, and how many now need attention. `None` when there is nothing to say.
+pub fn summary(sent: &Sent, needs_attention: usize) -> Option<String> {
     let changes = |n: usize| {
         if n == 1 {
             "1 queued change".to_owned()
@@ -13,25 +36,52 @@ pub fn summary(replayed: usize, needs_attention: usize) -> Option<String> {
             format!("{n} queued changes")
         }
     };
-    match (replayed, needs_attention) {
+    let plural = |n: usize, one: &str, many: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    let kinds: Vec<String> = [
+        (sent.new, "new", "new"),
+        (sent.edits, "edit", "edits"),
+        (sent.deletions, "deletion", "deletions"),
+    ]
+    .into_iter()
+    .filter(|(n, _, _)| *n > 0)
+    .map(|(n, one, many)| plural(n, one, many))
+    .collect();
+    let r = sent.total();
+    let sent_text = format!(
+        "{} {} sent: {}",
+        changes(r),
+        if r == 1 { "was" } else { "were" },
+        kinds.join(", ")
+    );
+    let attention = |a: usize| if a == 1 { "needs" } else { "need" };
+    match (r, needs_attention) {
         (0, 0) => None,
-        (r, 0) => Some(format!(
-            "{} {} sent",
-            changes(r),
-            if r == 1 { "was" } else { "were" }
-        )),
-        (0, a) => Some(format!(
-            "{} {} attention",
-            changes(a),
-            if a == 1 { "needs" } else { "need" }
-        )),
-        (r, a) => Some(format!(
-            "{} {} sent; {} {} attention",
-            changes(r),
-            if r == 1 { "was" } else { "were" },
-            a,
-            if a == 1 { "needs" } else { "need" }
-        )),
+        (_, 0) => Some(sent_text),
+        (0, a) => Some(format!("{} {} attention", changes(a), attention(a))),
+        (_, a) => Some(format!("{sent_text}; {a} {} attention", attention(a))),
+    }
+}
+
+/// Where a click on the notification leads: `notificationUrl`, at the first record that
+/// needs attention when there is one (`?outboxRecord=<id>`), so the app can open its
+/// recovery view on it.
+pub fn click_url(notification_url: &str, first_attention: Option<u64>) -> String {
+    match first_attention {
+        None => notification_url.to_owned(),
+        Some(id) => {
+            let sep = if notification_url.contains('?') {
+                '&'
+            } else {
+                '?'
+            };
+            format!("{notification_url}{sep}outboxRecord={id}")
+        }
     }
 }
 
@@ -47,28 +97,57 @@ pub fn should_notify(trigger: Trigger, windows_open: bool, opted_in: bool, grant
 mod tests {
     use super::*;
 
+    fn sent(methods: &[&str]) -> Sent {
+        let mut s = Sent::default();
+        for m in methods {
+            s.count(m);
+        }
+        s
+    }
+
     #[test]
-    fn the_text_counts_and_says_nothing_else() {
-        assert_eq!(summary(0, 0), None);
-        assert_eq!(summary(1, 0).as_deref(), Some("1 queued change was sent"));
-        assert_eq!(summary(3, 0).as_deref(), Some("3 queued changes were sent"));
+    fn the_text_counts_by_kind_and_says_nothing_else() {
+        assert_eq!(summary(&Sent::default(), 0), None);
         assert_eq!(
-            summary(0, 1).as_deref(),
+            summary(&sent(&["POST"]), 0).as_deref(),
+            Some("1 queued change was sent: 1 new")
+        );
+        assert_eq!(
+            summary(&sent(&["POST", "PATCH", "PUT", "DELETE"]), 0).as_deref(),
+            Some("4 queued changes were sent: 1 new, 2 edits, 1 deletion")
+        );
+        assert_eq!(
+            summary(&Sent::default(), 1).as_deref(),
             Some("1 queued change needs attention")
         );
         assert_eq!(
-            summary(0, 2).as_deref(),
+            summary(&Sent::default(), 2).as_deref(),
             Some("2 queued changes need attention")
         );
         assert_eq!(
-            summary(2, 1).as_deref(),
-            Some("2 queued changes were sent; 1 needs attention")
+            summary(&sent(&["POST", "POST"]), 1).as_deref(),
+            Some("2 queued changes were sent: 2 new; 1 needs attention")
+        );
+    }
+
+    #[test]
+    fn a_click_leads_to_the_first_record_that_needs_attention() {
+        assert_eq!(click_url("/", None), "/");
+        assert_eq!(click_url("/", Some(7)), "/?outboxRecord=7");
+        assert_eq!(
+            click_url("/app?tab=2", Some(7)),
+            "/app?tab=2&outboxRecord=7"
         );
     }
 
     #[test]
     fn only_background_flushes_with_no_window_open_for_an_opted_in_account() {
-        for t in [Trigger::Sync, Trigger::Online, Trigger::Start] {
+        for t in [
+            Trigger::Sync,
+            Trigger::Online,
+            Trigger::Start,
+            Trigger::Retry,
+        ] {
             assert!(should_notify(t, false, true, true), "{t:?}");
             assert!(!should_notify(t, true, true, true), "a page is open: {t:?}");
             assert!(!should_notify(t, false, false, true), "not opted in: {t:?}");

@@ -3,8 +3,15 @@
 //!
 //! A [`Replay`] is one flush's state machine with no I/O: the shell asks it for records
 //! to send ([`Replay::next_sends`]), tells it each outcome ([`Replay::on_outcome`]), and
-//! at the end asks for the report ([`Replay::blocked`]). It decides afresh from the
-//! whole queue every time, so a failure blocks what follows it at once.
+//! at the end asks for the report ([`Replay::blocked`]).
+//!
+//! The rules are stated once, as one pass over the whole queue ([`Replay::decide`]: the
+//! report uses it, once per flush). Handing out sends does not rescan the queue: the
+//! frontier keeps each lane's first record not yet replayed, and a record can only be
+//! sent when it heads its lane with nothing unresolved ahead of it (the barrier of
+//! account-level records included), so an outcome moves at most the heads it touches.
+//! The work per outcome is O(1) amortised (plus the log of an ordered set); a host test
+//! counts it, and a property test holds the frontier to `decide` at every step.
 
 use super::answer::Verdict;
 use super::record::{AttentionReason, RecordId, RecordMeta, RecordState};
@@ -123,6 +130,38 @@ pub enum Decision {
     Blocked(BlockReason),
 }
 
+/// One lane of the signed-in account's records: its items (indices, in id order) and
+/// the position of the first one not yet replayed.
+#[derive(Debug, Clone, Default)]
+struct LaneQueue {
+    items: Vec<usize>,
+    head: usize,
+}
+
+impl LaneQueue {
+    fn head(&self) -> Option<usize> {
+        self.items.get(self.head).copied()
+    }
+}
+
+/// Where sends come from without rescanning the queue: the lanes (index 0 holds the
+/// account-level records, the barrier), the owned records in id order with the first not
+/// yet replayed, the heads ready to send, and the heads waiting for the barrier.
+#[derive(Debug, Clone, Default)]
+struct Frontier {
+    lanes: Vec<LaneQueue>,
+    lane_of: Vec<Option<usize>>,
+    owned: Vec<usize>,
+    first_unreplayed: usize,
+    ready: std::collections::BTreeSet<usize>,
+    behind_barrier: std::collections::BTreeSet<(usize, usize)>,
+    /// Units of work done (head moves, set operations): what the host test counts.
+    steps: u64,
+}
+
+/// The lane of account-level records.
+const BARRIER: usize = 0;
+
 /// One flush's plan over the queue, for the signed-in account (`None`: signed out).
 #[derive(Debug, Clone)]
 pub struct Replay {
@@ -130,6 +169,10 @@ pub struct Replay {
     progress: Vec<Progress>,
     user: Option<String>,
     stopped: bool,
+    frontier: Frontier,
+    in_flight: usize,
+    replayed: usize,
+    moved_to_attention: usize,
 }
 
 impl Replay {
@@ -138,11 +181,134 @@ impl Replay {
         // with less code.
         items.sort_unstable_by_key(|i| i.id);
         let progress = vec![Progress::Waiting; items.len()];
-        Replay {
+        let mut r = Replay {
             items,
             progress,
             user,
             stopped: false,
+            frontier: Frontier::default(),
+            in_flight: 0,
+            replayed: 0,
+            moved_to_attention: 0,
+        };
+        r.build_frontier();
+        r
+    }
+
+    fn build_frontier(&mut self) {
+        let mut by_workspace: std::collections::HashMap<String, usize> =
+            std::collections::HashMap::new();
+        let mut f = Frontier {
+            lanes: vec![LaneQueue::default()],
+            lane_of: vec![None; self.items.len()],
+            ..Frontier::default()
+        };
+        for i in 0..self.items.len() {
+            if !self.is_owned(i) {
+                continue;
+            }
+            let lane = match self.workspace(i) {
+                None => BARRIER,
+                Some(w) => match by_workspace.get(w) {
+                    Some(l) => *l,
+                    None => {
+                        f.lanes.push(LaneQueue::default());
+                        by_workspace.insert(w.to_owned(), f.lanes.len() - 1);
+                        f.lanes.len() - 1
+                    }
+                },
+            };
+            f.lanes[lane].items.push(i);
+            f.lane_of[i] = Some(lane);
+            f.owned.push(i);
+        }
+        self.frontier = f;
+        for lane in 0..self.frontier.lanes.len() {
+            self.consider(lane);
+        }
+    }
+
+    /// The first account-level record not yet replayed: later owned records wait for it.
+    fn barrier_head(&self) -> Option<usize> {
+        self.frontier.lanes[BARRIER].head()
+    }
+
+    /// Puts a lane's head among the ready ones when it may be sent now, or among those
+    /// waiting for the barrier when only the barrier holds it back.
+    fn consider(&mut self, lane: usize) {
+        self.frontier.steps += 1;
+        let Some(h) = self.frontier.lanes[lane].head() else {
+            return;
+        };
+        if self.progress[h] != Progress::Waiting || self.static_reason(h).is_some() {
+            return;
+        }
+        if lane == BARRIER {
+            if self.frontier.owned.get(self.frontier.first_unreplayed) == Some(&h) {
+                self.frontier.ready.insert(h);
+            }
+            return;
+        }
+        match self.barrier_head() {
+            Some(b) if b < h => {
+                self.frontier.behind_barrier.insert((h, lane));
+            }
+            _ => {
+                self.frontier.ready.insert(h);
+            }
+        }
+    }
+
+    /// Whether `h` may be sent now (a ready entry can be stale).
+    fn sendable(&self, h: usize) -> bool {
+        let Some(lane) = self.frontier.lane_of[h] else {
+            return false;
+        };
+        if self.frontier.lanes[lane].head() != Some(h)
+            || self.progress[h] != Progress::Waiting
+            || self.static_reason(h).is_some()
+        {
+            return false;
+        }
+        if lane == BARRIER {
+            self.frontier.owned.get(self.frontier.first_unreplayed) == Some(&h)
+        } else {
+            self.barrier_head().is_none_or(|b| b > h)
+        }
+    }
+
+    /// Record `i` was replayed: its lane's head and the first unreplayed owned record
+    /// move on, and whatever that frees is considered.
+    fn advance(&mut self, i: usize) {
+        let Some(lane) = self.frontier.lane_of[i] else {
+            return;
+        };
+        while let Some(h) = self.frontier.lanes[lane].head() {
+            if self.progress[h] != Progress::Replayed {
+                break;
+            }
+            self.frontier.lanes[lane].head += 1;
+            self.frontier.steps += 1;
+        }
+        while let Some(&o) = self.frontier.owned.get(self.frontier.first_unreplayed) {
+            if self.progress[o] != Progress::Replayed {
+                break;
+            }
+            self.frontier.first_unreplayed += 1;
+            self.frontier.steps += 1;
+        }
+        self.consider(lane);
+        if lane == BARRIER {
+            let limit = self.barrier_head().unwrap_or(usize::MAX);
+            while let Some(&(h, l)) = self.frontier.behind_barrier.first() {
+                if h > limit {
+                    break;
+                }
+                self.frontier.behind_barrier.pop_first();
+                self.consider(l);
+            }
+        } else {
+            self.consider(BARRIER);
         }
     }
 
@@ -252,51 +418,78 @@ impl Replay {
     }
 
     /// Up to `limit` records to send now (fewer when as many are in flight already),
-    /// marked in flight. Each workspace has at most one record in flight, so `limit` is
-    /// the number of parallel lanes.
+    /// marked in flight, in id order. Each workspace has at most one record in flight, so
+    /// `limit` is the number of parallel lanes.
     pub fn next_sends(&mut self, limit: usize) -> Vec<RecordId> {
-        let in_flight = self
-            .progress
-            .iter()
-            .filter(|p| **p == Progress::InFlight)
-            .count();
-        let room = limit.saturating_sub(in_flight);
-        let picked: Vec<usize> = self
-            .decide()
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| **d == Decision::Send)
-            .map(|(i, _)| i)
-            .take(room)
-            .collect();
-        for &i in &picked {
-            self.progress[i] = Progress::InFlight;
+        let mut picked = Vec::new();
+        while self.in_flight < limit && !self.stopped {
+            let Some(h) = self.frontier.ready.pop_first() else {
+                break;
+            };
+            self.frontier.steps += 1;
+            if !self.sendable(h) {
+                continue;
+            }
+            self.progress[h] = Progress::InFlight;
+            self.in_flight += 1;
+            picked.push(self.items[h].id);
         }
-        picked.into_iter().map(|i| self.items[i].id).collect()
+        picked
+    }
+
+    /// Units of work the frontier did so far (for the host test of its cost).
+    pub fn steps(&self) -> u64 {
+        self.frontier.steps
     }
 
     fn index(&self, id: RecordId) -> Option<usize> {
         self.items.binary_search_by_key(&id, |i| i.id).ok()
     }
 
-    /// Records the outcome of a record that was in flight. A stopping outcome ends the
+    /// Records the outcome of a record that was in flight; `attention` is the reason its
+    /// settlement moved it to needs-attention, if it did. A stopping outcome ends the
     /// flush: nothing more is handed out.
-    pub fn on_outcome(&mut self, id: RecordId, verdict: &Verdict, moved_to_attention: bool) {
+    pub fn on_outcome(
+        &mut self,
+        id: RecordId,
+        verdict: &Verdict,
+        attention: Option<AttentionReason>,
+    ) {
         let Some(i) = self.index(id) else { return };
         if self.progress[i] != Progress::InFlight {
             return;
         }
-        self.progress[i] = match verdict {
-            Verdict::Replayed => Progress::Replayed,
-            v if v.stops_flush() => Progress::Interrupted,
-            Verdict::Attention { reason, .. } => Progress::NowAttention(*reason),
-            Verdict::ServerFailure { .. } if moved_to_attention => {
-                Progress::NowAttention(AttentionReason::Repeated5xx)
-            }
+        self.in_flight -= 1;
+        self.progress[i] = match (verdict, attention) {
+            (Verdict::Replayed, _) => Progress::Replayed,
+            (v, _) if v.stops_flush() => Progress::Interrupted,
+            (_, Some(reason)) => Progress::NowAttention(reason),
             _ => Progress::Held,
         };
+        match self.progress[i] {
+            Progress::Replayed => {
+                self.replayed += 1;
+                self.advance(i);
+            }
+            Progress::NowAttention(_) => self.moved_to_attention += 1,
+            _ => {}
+        }
         if verdict.stops_flush() {
             self.stopped = true;
+        }
+    }
+
+    /// Puts a record that was in flight back to waiting, to be sent again in this flush
+    /// (after the identity was checked again: a stale CSRF token or account).
+    pub fn retry(&mut self, id: RecordId) {
+        if let Some(i) = self.index(id) {
+            if self.progress[i] == Progress::InFlight {
+                self.progress[i] = Progress::Waiting;
+                self.in_flight -= 1;
+                if let Some(lane) = self.frontier.lane_of[i] {
+                    self.consider(lane);
+                }
+            }
         }
     }
 
@@ -312,25 +505,16 @@ impl Replay {
     /// Whether anything is in flight (the flush ends when nothing is and nothing can be
     /// sent).
     pub fn in_flight(&self) -> usize {
-        self.progress
-            .iter()
-            .filter(|p| **p == Progress::InFlight)
-            .count()
+        self.in_flight
     }
 
     /// Records this flush moved to needs-attention.
     pub fn moved_to_attention(&self) -> usize {
-        self.progress
-            .iter()
-            .filter(|p| matches!(p, Progress::NowAttention(_)))
-            .count()
+        self.moved_to_attention
     }
 
     pub fn replayed(&self) -> usize {
-        self.progress
-            .iter()
-            .filter(|p| **p == Progress::Replayed)
-            .count()
+        self.replayed
     }
 
     /// The records held back and why, in id order: the `MUTATIONS_BLOCKED` list.
@@ -429,7 +613,7 @@ mod tests {
         ]);
         assert_eq!(r.next_sends(4), ids(&[1, 3]));
         assert_eq!(r.next_sends(4), ids(&[]), "2 waits for 1");
-        r.on_outcome(RecordId(1), &Verdict::Replayed, false);
+        r.on_outcome(RecordId(1), &Verdict::Replayed, None);
         assert_eq!(r.next_sends(4), ids(&[2]));
     }
 
@@ -442,7 +626,7 @@ mod tests {
         );
         assert_eq!(r.next_sends(2), ids(&[1, 2]));
         assert_eq!(r.next_sends(2), ids(&[]));
-        r.on_outcome(RecordId(2), &Verdict::Replayed, false);
+        r.on_outcome(RecordId(2), &Verdict::Replayed, None);
         assert_eq!(r.next_sends(2), ids(&[3]));
     }
 
@@ -455,8 +639,8 @@ mod tests {
             rec(4, Some("alice"), Some("b")),
         ]);
         assert_eq!(r.next_sends(4), ids(&[1, 2]));
-        r.on_outcome(RecordId(1), &FAIL, false);
-        r.on_outcome(RecordId(2), &Verdict::Replayed, false);
+        r.on_outcome(RecordId(1), &FAIL, None);
+        r.on_outcome(RecordId(2), &Verdict::Replayed, None);
         assert_eq!(r.next_sends(4), ids(&[4]));
         assert_eq!(
             r.blocked(),
@@ -493,7 +677,7 @@ mod tests {
                 reason: AttentionReason::Rejected,
                 status: 400,
             },
-            true,
+            Some(AttentionReason::Rejected),
         );
         assert_eq!(r.next_sends(4), ids(&[]));
         assert_eq!(
@@ -523,9 +707,9 @@ mod tests {
             ids(&[1, 2]),
             "3 waits; 4 is behind the barrier"
         );
-        r.on_outcome(RecordId(1), &Verdict::Replayed, false);
+        r.on_outcome(RecordId(1), &Verdict::Replayed, None);
         assert_eq!(r.next_sends(4), ids(&[]));
-        r.on_outcome(RecordId(2), &FAIL, false);
+        r.on_outcome(RecordId(2), &FAIL, None);
         assert_eq!(
             r.blocked(),
             vec![
@@ -545,7 +729,7 @@ mod tests {
             rec(5, Some("alice"), None),
         ]);
         assert_eq!(r.next_sends(4), ids(&[4]));
-        r.on_outcome(RecordId(4), &Verdict::Replayed, false);
+        r.on_outcome(RecordId(4), &Verdict::Replayed, None);
         assert_eq!(r.next_sends(4), ids(&[5]));
     }
 
@@ -558,9 +742,9 @@ mod tests {
             rec(4, Some("alice"), Some("c")),
         ]);
         assert_eq!(r.next_sends(2), ids(&[1, 2]));
-        r.on_outcome(RecordId(1), &Verdict::NetworkFailure, false);
+        r.on_outcome(RecordId(1), &Verdict::NetworkFailure, None);
         assert!(r.is_stopped());
-        r.on_outcome(RecordId(2), &Verdict::Replayed, false);
+        r.on_outcome(RecordId(2), &Verdict::Replayed, None);
         assert_eq!(r.next_sends(4), ids(&[]));
         assert_eq!(r.blocked(), vec![], "waiting records are not blocked");
         assert_eq!(r.replayed(), 1);
@@ -573,13 +757,34 @@ mod tests {
             rec(2, Some("alice"), Some("a")),
         ]);
         assert_eq!(r.next_sends(4), ids(&[1]));
-        r.on_outcome(RecordId(1), &Verdict::InProgress, false);
+        r.on_outcome(RecordId(1), &Verdict::InProgress, None);
         assert_eq!(r.next_sends(4), ids(&[]));
         assert_eq!(
             r.blocked(),
             vec![(RecordId(2), BlockReason::WorkspaceOrder)]
         );
         assert_eq!(r.decide()[0], Decision::Held);
+    }
+
+    #[test]
+    fn a_retried_record_is_sent_again_in_its_place() {
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), Some("a")),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[1]));
+        r.retry(RecordId(1));
+        assert_eq!(r.in_flight(), 0);
+        assert_eq!(r.next_sends(4), ids(&[1]), "sent again, still before 2");
+        let stale = Verdict::StaleIdentity { status: 403 };
+        r.on_outcome(RecordId(1), &stale, None);
+        assert!(r.is_stopped(), "a second stale identity stops the flush");
+        assert_eq!(r.next_sends(4), ids(&[]));
+        assert_eq!(
+            r.blocked(),
+            vec![],
+            "the record waits unchanged, not blocked"
+        );
     }
 
     #[test]
@@ -590,7 +795,7 @@ mod tests {
         ]);
         assert_eq!(r.next_sends(1), ids(&[1]));
         r.stop();
-        r.on_outcome(RecordId(1), &Verdict::Replayed, false);
+        r.on_outcome(RecordId(1), &Verdict::Replayed, None);
         assert_eq!(r.next_sends(4), ids(&[]));
     }
 
@@ -667,7 +872,8 @@ mod tests {
                 let v = verdicts[step].clone();
                 step += 1;
                 if v == Verdict::Replayed { settled_ok.push(id); }
-                r.on_outcome(id, &v, false);
+                let att = match &v { Verdict::Attention { reason, .. } => Some(*reason), _ => None };
+                r.on_outcome(id, &v, att);
             }
             // Nothing blocked was ever sent, and the report never lists a replayed record.
             for (id, _) in r.blocked() {
@@ -690,6 +896,103 @@ mod tests {
                 };
                 if static_block { prop_assert!(blocked.contains(&item.id)); }
             }
+        }
+    }
+
+    /// The sends `decide` allows now, in id order, as many as `room`.
+    fn spec_sends(r: &Replay, limit: usize) -> Vec<RecordId> {
+        let room = limit.saturating_sub(r.in_flight());
+        r.decide()
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| **d == Decision::Send)
+            .map(|(i, _)| r.items()[i].id)
+            .take(room)
+            .collect()
+    }
+
+    fn arb_outcome() -> impl Strategy<Value = Option<Verdict>> {
+        prop_oneof![
+            6 => Just(Some(Verdict::Replayed)),
+            1 => Just(Some(Verdict::InProgress)),
+            1 => Just(Some(Verdict::ServerFailure { status: 502 })),
+            1 => Just(Some(Verdict::Attention { reason: AttentionReason::Rejected, status: 400 })),
+            1 => Just(Some(Verdict::NetworkFailure)),
+            1 => Just(None), // sent again after a stale identity
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1500))]
+        /// The frontier hands out exactly what the one-pass rules allow, at every step.
+        #[test]
+        fn the_frontier_sends_what_decide_allows(
+            raw in prop::collection::vec(arb_item(), 0..50),
+            outcomes in prop::collection::vec(arb_outcome(), 60),
+            picks in prop::collection::vec(any::<prop::sample::Index>(), 60),
+            lanes in 1usize..6,
+        ) {
+            let names = ["alice", "bob"];
+            let wss = ["a", "b", "c"];
+            let items: Vec<PlanItem> = raw.iter().enumerate().map(|(i, (o, w, att, corrupt))| {
+                let id = RecordId(i as u64 * 3 + 1);
+                if *corrupt { return PlanItem::corrupt(id); }
+                let p = rec(id.0, o.map(|o| names[o as usize % 2]), w.map(|w| wss[w as usize]));
+                if *att { with_attention(p, AttentionReason::KeyExpired) } else { p }
+            }).collect();
+            let mut r = alice(items);
+            let mut in_flight: Vec<RecordId> = Vec::new();
+            for step in 0..outcomes.len() {
+                let want = spec_sends(&r, lanes);
+                let got = r.next_sends(lanes);
+                prop_assert_eq!(&got, &want, "step {}", step);
+                in_flight.extend(got);
+                prop_assert_eq!(r.in_flight(), in_flight.len());
+                if in_flight.is_empty() { break; }
+                let id = in_flight.remove(picks[step].index(in_flight.len()));
+                match &outcomes[step] {
+                    None => r.retry(id),
+                    Some(v) => {
+                        let att = match v { Verdict::Attention { reason, .. } => Some(*reason), _ => None };
+                        r.on_outcome(id, v, att);
+                    }
+                }
+            }
+            let replayed = r.decide().iter().filter(|d| **d == Decision::Replayed).count();
+            prop_assert_eq!(r.replayed(), replayed);
+        }
+    }
+
+    #[test]
+    fn work_per_outcome_is_constant_amortised_at_ten_thousand() {
+        for (n, workspaces) in [(10_000usize, 10usize), (10_000, 10_000), (10_000, 1)] {
+            let items: Vec<PlanItem> = (0..n)
+                .map(|i| {
+                    // Every 50th record is account-level: a barrier for everything after it.
+                    let ws = (i % 50 != 49).then(|| format!("w{}", i % workspaces));
+                    rec(i as u64 + 1, Some("alice"), ws.as_deref())
+                })
+                .collect();
+            let mut r = alice(items);
+            let mut in_flight = std::collections::VecDeque::new();
+            let mut sent = 0;
+            loop {
+                for id in r.next_sends(4) {
+                    in_flight.push_back(id);
+                    sent += 1;
+                }
+                let Some(id) = in_flight.pop_front() else {
+                    break;
+                };
+                r.on_outcome(id, &Verdict::Replayed, None);
+            }
+            assert_eq!(sent, n, "every record sent once ({workspaces} workspaces)");
+            assert_eq!(r.replayed(), n);
+            let per = r.steps() as f64 / n as f64;
+            assert!(
+                per < 12.0,
+                "{per} steps per record with {workspaces} workspaces"
+            );
         }
     }
 }

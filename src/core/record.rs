@@ -39,6 +39,17 @@ pub enum AttentionReason {
     Rejected,
     /// Older than `maxRetentionMs`.
     Expired,
+    /// The server answered a replay with a redirect (3xx, or an opaque redirect): the
+    /// write was not applied where it was sent, and following it would turn it into a
+    /// GET or resend it elsewhere (contract 4.5, r2).
+    Redirected,
+    /// `maxServerFailures` 409s in a row with no outcome-unknown marker: the server keeps
+    /// saying another request with this key is running.
+    Conflict,
+    /// It may have reached the server, and its first send is older than
+    /// `serverKeyTtlMs`: the server may have forgotten its key, so resending it could
+    /// apply it twice (contract 4.7, r2).
+    KeyExpired,
 }
 
 impl AttentionReason {
@@ -49,6 +60,9 @@ impl AttentionReason {
             AttentionReason::Repeated5xx => "repeated-5xx",
             AttentionReason::Rejected => "rejected",
             AttentionReason::Expired => "expired",
+            AttentionReason::Redirected => "redirected",
+            AttentionReason::Conflict => "conflict",
+            AttentionReason::KeyExpired => "key-expired",
         }
     }
 
@@ -59,9 +73,42 @@ impl AttentionReason {
             AttentionReason::Repeated5xx,
             AttentionReason::Rejected,
             AttentionReason::Expired,
+            AttentionReason::Redirected,
+            AttentionReason::Conflict,
+            AttentionReason::KeyExpired,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
+    }
+}
+
+/// The page's credentials mode, kept for replays (contract 4.4, r2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Credentials {
+    /// Records written before the mode was stored were replayed with cookies.
+    #[default]
+    Include,
+    SameOrigin,
+    Omit,
+}
+
+impl Credentials {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Credentials::Include => "include",
+            Credentials::SameOrigin => "same-origin",
+            Credentials::Omit => "omit",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Credentials::Include,
+            Credentials::SameOrigin,
+            Credentials::Omit,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
     }
 }
 
@@ -90,6 +137,12 @@ pub struct RawRecord {
     pub server_failures: Option<f64>,
     pub last_status: Option<f64>,
     pub attempts: Option<f64>,
+    /// Schema 3: the body lives in its own store; this is its length.
+    pub body_size: Option<f64>,
+    pub first_sent_at: Option<f64>,
+    pub headers: Option<Vec<(String, String)>>,
+    pub credentials: Option<String>,
+    pub conflicts: Option<f64>,
 }
 
 /// A record's metadata: everything but the body bytes.
@@ -115,6 +168,41 @@ pub struct RecordMeta {
     pub attempts: u32,
     /// The size of the stored body, for listings.
     pub body_len: usize,
+    /// When it was first sent, if ever (ms since the epoch): a first attempt, or the
+    /// first replay. `None`: it never left the worker, so the server cannot have applied
+    /// it and its key window does not apply (contract 4.7).
+    pub first_sent_at: Option<u64>,
+    /// The page's headers that its replays carry (`replayHeaders`), in the page's order.
+    pub headers: Vec<(String, String)>,
+    pub credentials: Credentials,
+    /// 409 answers in a row without an outcome-unknown marker ("still running").
+    pub conflicts: u32,
+}
+
+impl Default for RecordMeta {
+    /// A queued account-level POST with id 0 and no owner: a starting point for builders
+    /// and tests, never a stored record.
+    fn default() -> Self {
+        RecordMeta {
+            id: RecordId(0),
+            method: "POST".into(),
+            path: "/".into(),
+            content_type: None,
+            timestamp: 0,
+            owner: None,
+            workspace: None,
+            key: None,
+            state: RecordState::Queued,
+            server_failures: 0,
+            last_status: None,
+            attempts: 0,
+            body_len: 0,
+            first_sent_at: None,
+            headers: Vec::new(),
+            credentials: Credentials::Include,
+            conflicts: 0,
+        }
+    }
 }
 
 /// Why a stored value is not a record.
@@ -160,7 +248,6 @@ impl RecordMeta {
             Some(t) if t.is_finite() && t >= 0.0 => t as u64,
             _ => return Err(CorruptRecord::Field("timestamp")),
         };
-        let body_len = body_len.ok_or(CorruptRecord::Field("body"))?;
         let key = match raw.idempotency_key {
             None => None,
             Some(k) => Some(
@@ -179,10 +266,27 @@ impl RecordMeta {
         };
         let last_status = match raw.last_status {
             None => None,
-            Some(s) if (100.0..=599.0).contains(&s) && s.fract() == 0.0 => Some(s as u16),
+            // 0: an opaque redirect (a replay is sent with `redirect: "manual"`).
+            Some(s) if (s == 0.0 || (100.0..=599.0).contains(&s)) && s.fract() == 0.0 => {
+                Some(s as u16)
+            }
             Some(_) => return Err(CorruptRecord::Field("lastStatus")),
         };
         let workspace = raw.workspace.or_else(|| patterns.workspace(&path));
+        let body_len = match raw.body_size {
+            None => body_len,
+            Some(n) => Some(count(Some(n), "bodySize")? as usize),
+        };
+        let body_len = body_len.ok_or(CorruptRecord::Field("body"))?;
+        let first_sent_at = match raw.first_sent_at {
+            None => None,
+            Some(t) if t.is_finite() && t >= 0.0 => Some(t as u64),
+            Some(_) => return Err(CorruptRecord::Field("firstSentAt")),
+        };
+        let credentials = match raw.credentials.as_deref() {
+            None => Credentials::Include,
+            Some(c) => Credentials::parse(c).ok_or(CorruptRecord::Field("credentials"))?,
+        };
         Ok(RecordMeta {
             id,
             method,
@@ -197,6 +301,10 @@ impl RecordMeta {
             last_status,
             attempts: count(raw.attempts, "attempts")?,
             body_len,
+            first_sent_at,
+            headers: raw.headers.unwrap_or_default(),
+            credentials,
+            conflicts: count(raw.conflicts, "conflicts")?,
         })
     }
 
@@ -216,6 +324,10 @@ impl RecordMeta {
             server_failures: self.server_failures,
             last_status: self.last_status,
             attempts: self.attempts,
+            first_sent_at: self.first_sent_at,
+            conflicts: self.conflicts,
+            content_type: self.content_type.clone(),
+            body_size: self.body_len,
         }
     }
 }
@@ -234,6 +346,11 @@ pub struct MutableFields {
     pub server_failures: u32,
     pub last_status: Option<u16>,
     pub attempts: u32,
+    pub first_sent_at: Option<u64>,
+    pub conflicts: u32,
+    /// Changed only by an edit (with the body, in the same transaction).
+    pub content_type: Option<String>,
+    pub body_size: usize,
 }
 
 /// A write about to be queued; the shell adds the body bytes and IndexedDB the id.
@@ -252,14 +369,33 @@ pub struct NewRecord {
     pub server_failures: u32,
     pub last_status: Option<u16>,
     pub attempts: u32,
+    pub body_size: usize,
+    pub first_sent_at: Option<u64>,
+    pub headers: Vec<(String, String)>,
+    pub credentials: &'static str,
+    pub conflicts: u32,
+}
+
+/// What a page's write carries into its record besides method, path and body.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct WriteParts {
+    pub content_type: Option<String>,
+    /// The page's headers kept for replays (already filtered by `Config::stores_header`).
+    pub headers: Vec<(String, String)>,
+    pub credentials: Credentials,
 }
 
 impl NewRecord {
+    /// A queued record. `first_sent_at` is when its first attempt went out, `None` when
+    /// it was queued without one (behind its lane, or while the network was known down).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         method: &str,
         path: String,
-        content_type: Option<String>,
+        parts: WriteParts,
+        body_size: usize,
         timestamp: u64,
+        first_sent_at: Option<u64>,
         owner: Option<String>,
         workspace: Option<String>,
         key: IdempotencyKey,
@@ -267,7 +403,7 @@ impl NewRecord {
         NewRecord {
             method: method.to_ascii_uppercase(),
             path,
-            content_type,
+            content_type: parts.content_type,
             timestamp,
             owner_id: owner,
             workspace,
@@ -277,6 +413,11 @@ impl NewRecord {
             server_failures: 0,
             last_status: None,
             attempts: 0,
+            body_size,
+            first_sent_at,
+            headers: parts.headers,
+            credentials: parts.credentials.as_str(),
+            conflicts: 0,
         }
     }
 }
@@ -311,6 +452,76 @@ mod tests {
         );
         assert_eq!(m.last_status, Some(422));
         assert_eq!(m.server_failures, 2);
+        assert_eq!(m.first_sent_at, None);
+        assert_eq!(m.credentials, Credentials::Include);
+        assert!(m.headers.is_empty());
+    }
+
+    #[test]
+    fn a_version_3_record_reads_its_new_fields() {
+        let m = parse(
+            r#"{"method":"PUT","path":"/projects/p1/tasks/3","timestamp":5,"bodySize":12,
+                "firstSentAt":7,"headers":[["If-Match","\"3\""],["Accept","application/json"]],
+                "credentials":"same-origin","conflicts":2,"ownerId":"alice",
+                "idempotencyKey":"order_1234","state":"needs-attention",
+                "attentionReason":"key-expired"}"#,
+        )
+        .expect("valid");
+        assert_eq!(m.body_len, 12);
+        assert_eq!(m.first_sent_at, Some(7));
+        assert_eq!(
+            m.headers,
+            vec![
+                ("If-Match".to_owned(), "\"3\"".to_owned()),
+                ("Accept".to_owned(), "application/json".to_owned())
+            ]
+        );
+        assert_eq!(m.credentials, Credentials::SameOrigin);
+        assert_eq!(m.conflicts, 2);
+        assert_eq!(
+            m.state,
+            RecordState::NeedsAttention(AttentionReason::KeyExpired)
+        );
+        for (json, field) in [
+            (
+                r#"{"method":"POST","path":"/x","timestamp":1,"bodySize":-1}"#,
+                "bodySize",
+            ),
+            (
+                r#"{"method":"POST","path":"/x","timestamp":1,"firstSentAt":-5}"#,
+                "firstSentAt",
+            ),
+            (
+                r#"{"method":"POST","path":"/x","timestamp":1,"credentials":"all"}"#,
+                "credentials",
+            ),
+            (
+                r#"{"method":"POST","path":"/x","timestamp":1,"conflicts":1.5}"#,
+                "conflicts",
+            ),
+        ] {
+            assert_eq!(parse(json), Err(CorruptRecord::Field(field)), "{json}");
+        }
+        assert!(matches!(
+            parse(r#"{"method":"POST","path":"/x","timestamp":1,"headers":[["a"]]}"#),
+            Err(CorruptRecord::Shape(_))
+        ));
+    }
+
+    #[test]
+    fn every_attention_reason_round_trips() {
+        for r in [
+            AttentionReason::OutcomeUnknown,
+            AttentionReason::KeyReused,
+            AttentionReason::Repeated5xx,
+            AttentionReason::Rejected,
+            AttentionReason::Expired,
+            AttentionReason::Redirected,
+            AttentionReason::Conflict,
+            AttentionReason::KeyExpired,
+        ] {
+            assert_eq!(AttentionReason::parse(r.as_str()), Some(r));
+        }
     }
 
     #[test]
@@ -346,7 +557,7 @@ mod tests {
             (r#"{"method":"POST","path":"x","timestamp":1}"#, "path"),
             (r#"{"method":"POST","path":"/x"}"#, "timestamp"),
             (
-                r#"{"method":"POST","path":"/x","timestamp":1,"idempotencyKey":"k"}"#,
+                r#"{"method":"POST","path":"/x","timestamp":1,"idempotencyKey":"bad key"}"#,
                 "idempotencyKey",
             ),
             (

@@ -34,7 +34,7 @@ pub fn adopt(
 #[derive(Debug, Clone, PartialEq)]
 pub enum Recovery {
     /// Back to `queued` with a fresh key and no failures counted.
-    Requeue(RecordMeta),
+    Requeue(Box<RecordMeta>),
     Delete,
 }
 
@@ -49,21 +49,50 @@ pub enum RecoveryRefused {
     NotNeedingAttention(RecordId),
     #[error("no cryptographic random source to mint a new Idempotency-Key")]
     NoRandomness,
+    #[error("record {0} is corrupt: it can only be discarded")]
+    CorruptOnlyDiscard(RecordId),
+    #[error("the new body is {len} bytes, over the outbox's limit of {max}")]
+    TooLarge { len: usize, max: u32 },
 }
 
-/// Decides a `RECOVER_RECORD` for a record (`None`: it is gone or unreadable). A retry
+/// An edit's new content (`RECOVER_RECORD` action `edit`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    pub body: Vec<u8>,
+    /// `None`: the record keeps its Content-Type.
+    pub content_type: Option<String>,
+}
+
+/// What a `RECOVER_RECORD` finds under its id.
+#[derive(Debug, Clone, Copy)]
+pub enum Found<'a> {
+    Gone,
+    /// A value that is not a record: it has no readable owner, so any signed-in user of
+    /// the device (verified like any recovery) may discard it, one by one.
+    Corrupt,
+    Record(&'a RecordMeta),
+}
+
+/// Decides a `RECOVER_RECORD` for what was found under `id`. A retry
 /// is a new write as far as retention goes: its `timestamp` becomes `now_ms`, so an
 /// expired record retried is not expired again at once. Its place in the queue (its id)
 /// is kept.
 pub fn recover(
     id: RecordId,
-    record: Option<&RecordMeta>,
+    found: Found<'_>,
     owner: &str,
     action: RecoverAction,
     now_ms: u64,
     mint: impl FnOnce() -> Option<IdempotencyKey>,
 ) -> Result<Recovery, RecoveryRefused> {
-    let r = record.ok_or(RecoveryRefused::Missing(id))?;
+    let r = match (found, action) {
+        (Found::Gone, _) => return Err(RecoveryRefused::Missing(id)),
+        (Found::Corrupt, RecoverAction::Discard) => return Ok(Recovery::Delete),
+        (Found::Corrupt, RecoverAction::RetryNew | RecoverAction::Edit) => {
+            return Err(RecoveryRefused::CorruptOnlyDiscard(id))
+        }
+        (Found::Record(r), _) => r,
+    };
     if r.owner.as_deref() != Some(owner) {
         return Err(RecoveryRefused::NotOwner(id));
     }
@@ -72,16 +101,64 @@ pub fn recover(
     }
     match action {
         RecoverAction::Discard => Ok(Recovery::Delete),
+        // An edit carries content: `edit` decides it.
+        RecoverAction::Edit => Err(RecoveryRefused::Missing(id)),
         RecoverAction::RetryNew => {
             let mut n = r.clone();
             n.key = Some(mint().ok_or(RecoveryRefused::NoRandomness)?);
             n.state = RecordState::Queued;
             n.server_failures = 0;
+            n.conflicts = 0;
             n.last_status = None;
             n.timestamp = now_ms;
-            Ok(Recovery::Requeue(n))
+            // A new key: no server has seen it, so its key window starts at its next send.
+            n.first_sent_at = None;
+            Ok(Recovery::Requeue(Box::new(n)))
         }
     }
+}
+
+/// Decides an edit (contract: issue "recovery people can use"): for the owner's queued
+/// or needs-attention record, the new body (at most `max_body` bytes) replaces the old
+/// one under a fresh key, the failure state is cleared, and its id — its place in its
+/// lane — is kept, so it neither overtakes nor falls behind the writes around it. Like a
+/// retry, it is a new write for retention and for the server's key window.
+pub fn edit(
+    id: RecordId,
+    found: Found<'_>,
+    owner: &str,
+    change: &Edit,
+    max_body: u32,
+    now_ms: u64,
+    mint: impl FnOnce() -> Option<IdempotencyKey>,
+) -> Result<RecordMeta, RecoveryRefused> {
+    let r = match found {
+        Found::Gone => return Err(RecoveryRefused::Missing(id)),
+        Found::Corrupt => return Err(RecoveryRefused::CorruptOnlyDiscard(id)),
+        Found::Record(r) => r,
+    };
+    if r.owner.as_deref() != Some(owner) {
+        return Err(RecoveryRefused::NotOwner(id));
+    }
+    if change.body.len() > max_body as usize {
+        return Err(RecoveryRefused::TooLarge {
+            len: change.body.len(),
+            max: max_body,
+        });
+    }
+    let mut n = r.clone();
+    n.key = Some(mint().ok_or(RecoveryRefused::NoRandomness)?);
+    n.state = RecordState::Queued;
+    n.server_failures = 0;
+    n.conflicts = 0;
+    n.last_status = None;
+    n.first_sent_at = None;
+    n.timestamp = now_ms;
+    n.body_len = change.body.len();
+    if let Some(ct) = &change.content_type {
+        n.content_type = Some(ct.clone());
+    }
+    Ok(n)
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -104,6 +181,7 @@ mod tests {
             last_status: Some(500),
             attempts: 1,
             body_len: 0,
+            ..RecordMeta::default()
         }
     }
 
@@ -155,14 +233,16 @@ mod tests {
 
     #[test]
     fn retry_new_requeues_with_a_fresh_key_and_no_failures() {
-        let r = rec(
+        let mut r = rec(
             4,
             Some("alice"),
-            RecordState::NeedsAttention(AttentionReason::OutcomeUnknown),
+            RecordState::NeedsAttention(AttentionReason::KeyExpired),
         );
+        r.first_sent_at = Some(5);
+        r.conflicts = 2;
         let Ok(Recovery::Requeue(n)) = recover(
             RecordId(4),
-            Some(&r),
+            Found::Record(&r),
             "alice",
             RecoverAction::RetryNew,
             99,
@@ -176,9 +256,14 @@ mod tests {
         assert_eq!(n.last_status, None);
         assert_eq!(n.timestamp, 99, "a retry restarts the retention clock");
         assert_eq!(
+            n.first_sent_at, None,
+            "and, with its new key, the key window"
+        );
+        assert_eq!(n.conflicts, 0);
+        assert_eq!(
             recover(
                 RecordId(4),
-                Some(&r),
+                Found::Record(&r),
                 "alice",
                 RecoverAction::Discard,
                 99,
@@ -198,17 +283,113 @@ mod tests {
         );
         for action in [RecoverAction::RetryNew, RecoverAction::Discard] {
             assert_eq!(
-                recover(RecordId(5), Some(&queued), "alice", action, 99, key),
+                recover(
+                    RecordId(5),
+                    Found::Record(&queued),
+                    "alice",
+                    action,
+                    99,
+                    key
+                ),
                 Err(RecoveryRefused::NotNeedingAttention(RecordId(5)))
             );
             assert_eq!(
-                recover(RecordId(6), Some(&bobs), "alice", action, 99, key),
+                recover(RecordId(6), Found::Record(&bobs), "alice", action, 99, key),
                 Err(RecoveryRefused::NotOwner(RecordId(6)))
             );
             assert_eq!(
-                recover(RecordId(7), None, "alice", action, 99, key),
+                recover(RecordId(7), Found::Gone, "alice", action, 99, key),
                 Err(RecoveryRefused::Missing(RecordId(7)))
             );
         }
+    }
+
+    #[test]
+    fn an_edit_replaces_the_body_under_a_new_key_in_its_place() {
+        let mut r = rec(
+            9,
+            Some("alice"),
+            RecordState::NeedsAttention(AttentionReason::Rejected),
+        );
+        r.first_sent_at = Some(3);
+        let change = Edit {
+            body: b"{\"title\":\"short\"}".to_vec(),
+            content_type: Some("application/json".into()),
+        };
+        let n = edit(
+            RecordId(9),
+            Found::Record(&r),
+            "alice",
+            &change,
+            1024,
+            77,
+            key,
+        )
+        .expect("edits");
+        assert_eq!(n.id, RecordId(9), "same place in its lane");
+        assert_eq!(n.state, RecordState::Queued);
+        assert_eq!(n.key, key());
+        assert_eq!(
+            (n.server_failures, n.last_status, n.first_sent_at),
+            (0, None, None)
+        );
+        assert_eq!(n.body_len, change.body.len());
+        assert_eq!(n.content_type.as_deref(), Some("application/json"));
+        assert_eq!(n.timestamp, 77);
+        let queued = rec(10, Some("alice"), RecordState::Queued);
+        assert!(
+            edit(
+                RecordId(10),
+                Found::Record(&queued),
+                "alice",
+                &change,
+                1024,
+                0,
+                key
+            )
+            .is_ok(),
+            "a queued record may be edited too"
+        );
+        assert_eq!(
+            edit(RecordId(9), Found::Record(&r), "bob", &change, 1024, 0, key),
+            Err(RecoveryRefused::NotOwner(RecordId(9)))
+        );
+        assert_eq!(
+            edit(RecordId(9), Found::Record(&r), "alice", &change, 4, 0, key),
+            Err(RecoveryRefused::TooLarge {
+                len: change.body.len(),
+                max: 4
+            })
+        );
+        assert_eq!(
+            edit(RecordId(9), Found::Corrupt, "alice", &change, 1024, 0, key),
+            Err(RecoveryRefused::CorruptOnlyDiscard(RecordId(9)))
+        );
+    }
+
+    #[test]
+    fn a_corrupt_record_can_be_discarded_by_whoever_is_signed_in_but_not_retried() {
+        assert_eq!(
+            recover(
+                RecordId(8),
+                Found::Corrupt,
+                "bob",
+                RecoverAction::Discard,
+                99,
+                key
+            ),
+            Ok(Recovery::Delete)
+        );
+        assert_eq!(
+            recover(
+                RecordId(8),
+                Found::Corrupt,
+                "bob",
+                RecoverAction::RetryNew,
+                99,
+                key
+            ),
+            Err(RecoveryRefused::CorruptOnlyDiscard(RecordId(8)))
+        );
     }
 }

@@ -14,6 +14,8 @@ pub trait Patterns {
     fn is_auth_route(&self, path_and_query: &str) -> bool;
     /// `workspacePattern` against a record path (relative to the API base): group 1.
     fn workspace(&self, record_path: &str) -> Option<String>;
+    /// `neverQueuePattern` against the path and query (`false` when none is set).
+    fn never_queue(&self, path_and_query: &str) -> bool;
 }
 
 /// HTTP methods the outbox treats as writes.
@@ -38,6 +40,8 @@ pub enum RequestKind {
         /// Path and query relative to the API base, as stored in the record.
         record_path: String,
         workspace: Option<String>,
+        /// `neverQueuePattern` matched: sent like any other write, never queued (2.9).
+        never_queue: bool,
     },
 }
 
@@ -64,6 +68,7 @@ pub fn classify(
     RequestKind::Write {
         record_path,
         workspace,
+        never_queue: patterns.never_queue(path_and_query),
     }
 }
 
@@ -94,6 +99,7 @@ pub mod test_patterns {
     pub struct RegexPatterns {
         auth: regex::Regex,
         workspace: regex::Regex,
+        never_queue: Option<regex::Regex>,
     }
 
     impl RegexPatterns {
@@ -105,6 +111,10 @@ pub mod test_patterns {
                     .expect("auth pattern compiles"),
                 workspace: regex::Regex::new(&config.workspace_pattern)
                     .expect("workspace pattern compiles"),
+                never_queue: config
+                    .never_queue_pattern
+                    .as_deref()
+                    .map(|p| regex::Regex::new(p).expect("never-queue pattern compiles")),
             }
         }
 
@@ -122,6 +132,11 @@ pub mod test_patterns {
                 .captures(record_path)
                 .and_then(|c| c.get(1))
                 .map(|m| m.as_str().to_owned())
+        }
+        fn never_queue(&self, path_and_query: &str) -> bool {
+            self.never_queue
+                .as_ref()
+                .is_some_and(|r| r.is_match(path_and_query))
         }
     }
 }
@@ -148,7 +163,8 @@ mod tests {
                 kind(m, "/api/projects/42/tasks?x=1"),
                 RequestKind::Write {
                     record_path: "/projects/42/tasks?x=1".into(),
-                    workspace: Some("42".into())
+                    workspace: Some("42".into()),
+                    never_queue: false,
                 },
                 "{m}"
             );
@@ -157,8 +173,39 @@ mod tests {
             kind("POST", "/api/notes"),
             RequestKind::Write {
                 record_path: "/notes".into(),
-                workspace: None
+                workspace: None,
+                never_queue: false,
             }
+        );
+    }
+
+    #[test]
+    fn never_queue_writes_are_still_writes() {
+        let c = Config {
+            never_queue_pattern: Some(r"/(merge|close)$".into()),
+            ..Config::default()
+        };
+        let p = RegexPatterns::new(&c);
+        let k = classify("POST", true, "/api/projects/1/merge", &c, &p);
+        assert_eq!(
+            k,
+            RequestKind::Write {
+                record_path: "/projects/1/merge".into(),
+                workspace: Some("1".into()),
+                never_queue: true,
+            }
+        );
+        assert!(matches!(
+            classify("POST", true, "/api/projects/1/tasks", &c, &p),
+            RequestKind::Write {
+                never_queue: false,
+                ..
+            }
+        ));
+        // Auth routes and reads are not writes, whatever the pattern says.
+        assert_eq!(
+            classify("GET", true, "/api/projects/1/merge", &c, &p),
+            RequestKind::ApiRead
         );
     }
 

@@ -4,8 +4,12 @@
 //! with `js::from_value`), so every malformed shape is tested on the host. A refusal
 //! always names the field at fault.
 
+use crate::core::content::{base64_decode, present};
+use crate::core::identity::{is_account_id, MAX_ACCOUNT_ID_LEN};
+use crate::core::key::IdempotencyKey;
 use crate::core::planner::BlockReason;
 use crate::core::record::{RecordId, RecordMeta, RecordState, MAX_SAFE_INTEGER};
+use crate::core::recovery::Edit;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -24,6 +28,13 @@ pub enum Command {
         id: RecordId,
         owner: String,
         action: RecoverAction,
+        /// The new content, for `action: "edit"` only.
+        edit: Option<Edit>,
+    },
+    /// The owner's record with its body (for a person to see, copy or edit it).
+    ReadRecord {
+        id: RecordId,
+        owner: String,
     },
     ListQueue,
     ClearDevice,
@@ -32,12 +43,53 @@ pub enum Command {
         user: String,
         enabled: bool,
     },
+    /// The page gave up on a write before it was stored (contract 2.8, r2).
+    AbortWrite {
+        key: IdempotencyKey,
+    },
 }
+
+/// Every field any command reads. The shell copies only these out of a page's message,
+/// and only as far as their shape allows (strings, numbers, booleans, an array of ids),
+/// so a message of any size or shape costs the worker no more than these fields do.
+pub const MESSAGE_FIELDS: [&str; 12] = [
+    "type",
+    "requestId",
+    "userId",
+    "ownerId",
+    "ids",
+    "id",
+    "action",
+    "enabled",
+    "idempotencyKey",
+    "body",
+    "bodyEncoding",
+    "contentType",
+];
+
+/// The one field that may be a long string (an edit's body); every other string field is
+/// at most [`MAX_FIELD_CHARS`] characters.
+pub const BODY_FIELD: &str = "body";
+pub const MAX_FIELD_CHARS: usize = 4096;
+
+/// What bounds a command's fields.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// `REBIND_RECORDS.ids` (the queue never holds more than `maxRecords`).
+    pub max_ids: usize,
+    /// An edit's body, in bytes (`maxBodyBytes`).
+    pub max_body: u32,
+}
+
+/// The one field that may be an array (`REBIND_RECORDS.ids`).
+pub const ARRAY_FIELD: &str = "ids";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecoverAction {
     RetryNew,
     Discard,
+    /// Replace the body (the command's `edit`) and resend under a fresh key.
+    Edit,
 }
 
 impl Command {
@@ -47,9 +99,11 @@ impl Command {
             Command::FlushQueue => "FLUSH_QUEUE",
             Command::RebindRecords { .. } => "REBIND_RECORDS",
             Command::RecoverRecord { .. } => "RECOVER_RECORD",
+            Command::ReadRecord { .. } => "READ_RECORD",
             Command::ListQueue => "LIST_QUEUE",
             Command::ClearDevice => "CLEAR_DEVICE",
             Command::SetNotifications { .. } => "SET_NOTIFICATIONS",
+            Command::AbortWrite { .. } => "ABORT_WRITE",
         }
     }
 }
@@ -82,9 +136,9 @@ impl Refusal {
     }
 }
 
-/// Parses a page's message. `max_ids` bounds `REBIND_RECORDS.ids` (the queue can never
-/// hold more records than `maxRecords`).
-pub fn parse_command(msg: &Value, max_ids: usize) -> Result<Envelope, Refusal> {
+/// Parses a page's message within `limits`.
+pub fn parse_command(msg: &Value, limits: Limits) -> Result<Envelope, Refusal> {
+    let max_ids = limits.max_ids;
     let Some(obj) = msg.as_object() else {
         return Err(Refusal {
             command: None,
@@ -120,10 +174,18 @@ pub fn parse_command(msg: &Value, max_ids: usize) -> Result<Envelope, Refusal> {
         "AUTH_SESSION" => match obj.get("userId") {
             None => Err("userId is required (a string, or null when signed out)".into()),
             Some(Value::Null) => Ok(Command::AuthSession { user: None }),
-            Some(Value::String(s)) if !s.is_empty() => Ok(Command::AuthSession {
+            Some(Value::String(s)) if is_account_id(s) => Ok(Command::AuthSession {
                 user: Some(s.clone()),
             }),
+            Some(Value::String(s)) if !s.is_empty() => Err(format!("userId {ACCOUNT_RULE}")),
             Some(_) => Err("userId must be a non-empty string or null".into()),
+        },
+        "ABORT_WRITE" => match obj.get("idempotencyKey") {
+            None => Err("idempotencyKey is required".into()),
+            Some(Value::String(k)) => IdempotencyKey::parse(k)
+                .map(|key| Command::AbortWrite { key })
+                .map_err(|e| format!("idempotencyKey: {e}")),
+            Some(_) => Err("idempotencyKey must be a string".into()),
         },
         "FLUSH_QUEUE" => Ok(Command::FlushQueue),
         "LIST_QUEUE" => Ok(Command::ListQueue),
@@ -144,32 +206,42 @@ pub fn parse_command(msg: &Value, max_ids: usize) -> Result<Envelope, Refusal> {
             };
             Ok(Command::RebindRecords { owner, ids })
         }),
-        "RECOVER_RECORD" => {
-            let id = match obj.get("id") {
-                None => Err("id is required".to_string()),
-                Some(v) => record_id(v).ok_or(format!("id {ID_RULE}")),
+        "RECOVER_RECORD" => id_field(obj).and_then(|id| {
+            let owner = owner_id(obj)?;
+            let (action, edit) = match obj.get("action").and_then(Value::as_str) {
+                Some("retry-new") => (RecoverAction::RetryNew, None),
+                Some("discard") => (RecoverAction::Discard, None),
+                Some("edit") => (
+                    RecoverAction::Edit,
+                    Some(edit_fields(obj, limits.max_body)?),
+                ),
+                _ => return Err("action must be \"retry-new\", \"discard\" or \"edit\"".into()),
             };
-            id.and_then(|id| {
-                let owner = owner_id(obj)?;
-                let action = match obj.get("action").and_then(Value::as_str) {
-                    Some("retry-new") => RecoverAction::RetryNew,
-                    Some("discard") => RecoverAction::Discard,
-                    _ => return Err("action must be \"retry-new\" or \"discard\"".into()),
-                };
-                Ok(Command::RecoverRecord { id, owner, action })
+            Ok(Command::RecoverRecord {
+                id,
+                owner,
+                action,
+                edit,
             })
-        }
+        }),
+        "READ_RECORD" => id_field(obj).and_then(|id| {
+            Ok(Command::ReadRecord {
+                id,
+                owner: owner_id(obj)?,
+            })
+        }),
         "SET_NOTIFICATIONS" => match (obj.get("userId"), obj.get("enabled")) {
-            (Some(Value::String(u)), Some(Value::Bool(enabled))) if !u.is_empty() => {
+            (Some(Value::String(u)), Some(Value::Bool(enabled))) if is_account_id(u) => {
                 Ok(Command::SetNotifications {
                     user: u.clone(),
                     enabled: *enabled,
                 })
             }
             (None, _) => Err("userId is required".into()),
-            (Some(Value::String(u)), _) if !u.is_empty() => {
+            (Some(Value::String(u)), _) if is_account_id(u) => {
                 Err("enabled is required and must be true or false".into())
             }
+            (Some(Value::String(u)), _) if !u.is_empty() => Err(format!("userId {ACCOUNT_RULE}")),
             _ => Err("userId must be a non-empty string".into()),
         },
         other => Err(format!("type {other:?} is not a command of this outbox")),
@@ -184,13 +256,61 @@ pub fn parse_command(msg: &Value, max_ids: usize) -> Result<Envelope, Refusal> {
 
 const ID_RULE: &str = "must be a positive safe integer";
 
+fn id_field(obj: &Map<String, Value>) -> Result<RecordId, String> {
+    match obj.get("id") {
+        None => Err("id is required".to_string()),
+        Some(v) => record_id(v).ok_or(format!("id {ID_RULE}")),
+    }
+}
+
+/// An edit's `body` (text, or base64 with `bodyEncoding: "base64"`) and optional
+/// `contentType`.
+fn edit_fields(obj: &Map<String, Value>, max_body: u32) -> Result<Edit, String> {
+    let text = match obj.get("body") {
+        None => return Err("body is required for an edit (a string)".into()),
+        Some(Value::String(t)) => t,
+        Some(_) => return Err("body must be a string".into()),
+    };
+    let body = match obj.get("bodyEncoding") {
+        None | Some(Value::Null) => text.as_bytes().to_vec(),
+        Some(Value::String(e)) if e == "text" => text.as_bytes().to_vec(),
+        Some(Value::String(e)) if e == "base64" => {
+            base64_decode(text).ok_or("body is not valid base64")?
+        }
+        Some(_) => return Err("bodyEncoding must be \"text\" or \"base64\"".into()),
+    };
+    if body.len() > max_body as usize {
+        return Err(format!(
+            "body is {} bytes, over the outbox's limit of {max_body} (maxBodyBytes)",
+            body.len()
+        ));
+    }
+    let content_type = match obj.get("contentType") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) if is_header_value(c) => Some(c.clone()),
+        Some(_) => return Err("contentType must be a header value (visible ASCII)".into()),
+    };
+    Ok(Edit { body, content_type })
+}
+
+fn is_header_value(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| (0x20..=0x7e).contains(&b))
+}
+
+/// `core::identity::is_account_id`, in words.
+const ACCOUNT_RULE: &str =
+    "must be 1 to 256 visible ASCII characters (inner spaces allowed): it is sent as a header value";
+
 fn owner_id(obj: &Map<String, Value>) -> Result<String, String> {
     match obj.get("ownerId") {
         None => Err("ownerId is required".into()),
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(Value::String(s)) if is_account_id(s) => Ok(s.clone()),
+        Some(Value::String(s)) if !s.is_empty() => Err(format!("ownerId {ACCOUNT_RULE}")),
         Some(_) => Err("ownerId must be a non-empty string".into()),
     }
 }
+
+const _: () = assert!(MAX_ACCOUNT_ID_LEN == 256, "ACCOUNT_RULE names the limit");
 
 fn record_id(v: &Value) -> Option<RecordId> {
     let n = v.as_number()?;
@@ -202,7 +322,26 @@ fn record_id(v: &Value) -> Option<RecordId> {
     (1..=MAX_SAFE_INTEGER).contains(&id).then_some(RecordId(id))
 }
 
-/// One entry of `MUTATIONS_BLOCKED`. Corrupt records have no method or path.
+/// Whether a record's details may be shown to whoever is signed in now (`viewer`):
+/// another account's records are reported by id, owner, state and reason only, never by
+/// what they contain or where they go (contract 5, r2). Unknown-owner records keep their
+/// details: a person needs them to decide on adoption.
+pub fn details_visible(owner: Option<&str>, viewer: Option<&str>) -> bool {
+    match owner {
+        None => true,
+        Some(o) => viewer == Some(o),
+    }
+}
+
+fn state_name(state: RecordState) -> (&'static str, Option<&'static str>) {
+    match state {
+        RecordState::Queued => ("queued", None),
+        RecordState::NeedsAttention(r) => ("needs-attention", Some(r.as_str())),
+    }
+}
+
+/// One entry of `MUTATIONS_BLOCKED`. Corrupt records, and another account's, have no
+/// method, path or workspace.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockedEntry {
@@ -211,7 +350,41 @@ pub struct BlockedEntry {
     pub path: Option<String>,
     pub owner_id: Option<String>,
     pub workspace: Option<String>,
+    /// `queued`, `needs-attention` or `corrupt`.
+    pub state: &'static str,
     pub reason: BlockReason,
+}
+
+impl BlockedEntry {
+    /// The report entry of a record (`None`: a corrupt value) as `viewer` may see it.
+    pub fn of(
+        id: RecordId,
+        meta: Option<&RecordMeta>,
+        reason: BlockReason,
+        viewer: Option<&str>,
+    ) -> BlockedEntry {
+        let Some(m) = meta else {
+            return BlockedEntry {
+                id,
+                method: None,
+                path: None,
+                owner_id: None,
+                workspace: None,
+                state: "corrupt",
+                reason,
+            };
+        };
+        let shown = details_visible(m.owner.as_deref(), viewer);
+        BlockedEntry {
+            id,
+            method: shown.then(|| m.method.clone()),
+            path: shown.then(|| m.path.clone()),
+            owner_id: m.owner.clone(),
+            workspace: m.workspace.clone().filter(|_| shown),
+            state: state_name(m.state).0,
+            reason,
+        }
+    }
 }
 
 /// One entry of `QUEUE_STATE`: metadata, never the body.
@@ -232,22 +405,21 @@ pub struct ListedRecord {
 }
 
 impl ListedRecord {
-    pub fn of(m: &RecordMeta) -> ListedRecord {
-        let (state, attention_reason) = match m.state {
-            RecordState::Queued => ("queued", None),
-            RecordState::NeedsAttention(r) => ("needs-attention", Some(r.as_str())),
-        };
+    /// A record's listing as `viewer` (the account signed in now) may see it.
+    pub fn of(m: &RecordMeta, viewer: Option<&str>) -> ListedRecord {
+        let (state, attention_reason) = state_name(m.state);
+        let shown = details_visible(m.owner.as_deref(), viewer);
         ListedRecord {
             id: m.id,
-            method: Some(m.method.clone()),
-            path: Some(m.path.clone()),
+            method: shown.then(|| m.method.clone()),
+            path: shown.then(|| m.path.clone()),
             owner_id: m.owner.clone(),
-            workspace: m.workspace.clone(),
+            workspace: m.workspace.clone().filter(|_| shown),
             state,
             attention_reason,
-            last_status: m.last_status,
-            timestamp: Some(m.timestamp),
-            body_size: Some(m.body_len),
+            last_status: m.last_status.filter(|_| shown),
+            timestamp: shown.then_some(m.timestamp),
+            body_size: shown.then_some(m.body_len),
         }
     }
 
@@ -263,6 +435,49 @@ impl ListedRecord {
             last_status: None,
             timestamp: None,
             body_size: None,
+        }
+    }
+}
+
+/// The answer to `READ_RECORD`: the record as its owner may see it, its body included.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordContent {
+    pub id: RecordId,
+    pub method: String,
+    pub path: String,
+    pub workspace: Option<String>,
+    pub state: &'static str,
+    pub attention_reason: Option<&'static str>,
+    pub last_status: Option<u16>,
+    pub content_type: Option<String>,
+    /// `text` when the Content-Type is textual and the bytes are UTF-8, else `base64`.
+    pub body_encoding: &'static str,
+    /// Empty when the record has no body.
+    pub body: String,
+    /// It was sent at least once, so it may already have been applied: an edit or a
+    /// retry under a new key could apply it a second time.
+    pub sent_before: bool,
+    pub timestamp: u64,
+}
+
+impl RecordContent {
+    pub fn of(m: &RecordMeta, body: &[u8]) -> RecordContent {
+        let (state, attention_reason) = state_name(m.state);
+        let (encoding, body) = present(body, m.content_type.as_deref());
+        RecordContent {
+            id: m.id,
+            method: m.method.clone(),
+            path: m.path.clone(),
+            workspace: m.workspace.clone(),
+            state,
+            attention_reason,
+            last_status: m.last_status,
+            content_type: m.content_type.clone(),
+            body_encoding: encoding.as_str(),
+            body,
+            sent_before: m.first_sent_at.is_some() || m.attempts > 0,
+            timestamp: m.timestamp,
         }
     }
 }
@@ -288,6 +503,15 @@ pub enum Outgoing {
         #[serde(skip_serializing_if = "Option::is_none")]
         request_id: Option<Value>,
     },
+    #[serde(rename = "RECORD", rename_all = "camelCase")]
+    Record {
+        record: RecordContent,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request_id: Option<Value>,
+    },
+    /// A notification was clicked: a window of the app is asked to show this record.
+    #[serde(rename = "SHOW_RECORD")]
+    ShowRecord { id: RecordId },
     #[serde(rename = "MUTATIONS_BLOCKED")]
     Blocked { blocked: Vec<BlockedEntry> },
     #[serde(rename = "MUTATIONS_REPLAYED")]
@@ -350,8 +574,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const LIMITS: Limits = Limits {
+        max_ids: 100,
+        max_body: 64,
+    };
+
     fn parse(v: Value) -> Result<Command, String> {
-        parse_command(&v, 100)
+        parse_command(&v, LIMITS)
             .map(|e| e.command)
             .map_err(|r| r.reason)
     }
@@ -396,7 +625,8 @@ mod tests {
             Ok(Command::RecoverRecord {
                 id: RecordId(7),
                 owner: "u1".into(),
-                action: RecoverAction::RetryNew
+                action: RecoverAction::RetryNew,
+                edit: None,
             })
         );
         assert_eq!(
@@ -411,22 +641,24 @@ mod tests {
             Ok(Command::RecoverRecord {
                 id: RecordId(7),
                 owner: "u1".into(),
-                action: RecoverAction::Discard
+                action: RecoverAction::Discard,
+                edit: None,
             })
         );
     }
 
     #[test]
     fn request_ids_are_echoed() {
-        let e = parse_command(&json!({"type":"FLUSH_QUEUE","requestId":"r-1"}), 1).expect("ok");
+        let e =
+            parse_command(&json!({"type":"FLUSH_QUEUE","requestId":"r-1"}), LIMITS).expect("ok");
         assert_eq!(e.request_id, Some(json!("r-1")));
-        let e = parse_command(&json!({"type":"FLUSH_QUEUE","requestId":42}), 1).expect("ok");
+        let e = parse_command(&json!({"type":"FLUSH_QUEUE","requestId":42}), LIMITS).expect("ok");
         let v = serde_json::to_value(Outgoing::ok(&e, Some(3))).expect("serialises");
         assert_eq!(
             v,
             json!({"type":"COMMAND_RESULT","command":"FLUSH_QUEUE","ok":true,"affected":3,"requestId":42})
         );
-        let r = parse_command(&json!({"type":"NOPE","requestId":"x"}), 1).unwrap_err();
+        let r = parse_command(&json!({"type":"NOPE","requestId":"x"}), LIMITS).unwrap_err();
         let v = serde_json::to_value(r.result()).expect("serialises");
         assert_eq!(v["requestId"], "x");
         assert_eq!(v["command"], "NOPE");
@@ -506,12 +738,45 @@ mod tests {
                 json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u","action":"retry"}),
                 "action must",
             ),
+            (
+                json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u","action":"edit"}),
+                "body is required",
+            ),
+            (
+                json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u","action":"edit","body":{}}),
+                "body must be a string",
+            ),
+            (
+                json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u","action":"edit","body":"x","bodyEncoding":"hex"}),
+                "bodyEncoding must",
+            ),
+            (
+                json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u","action":"edit","body":"*","bodyEncoding":"base64"}),
+                "not valid base64",
+            ),
+            (
+                json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u","action":"edit","body":"x".repeat(65)}),
+                "over the outbox's limit of 64",
+            ),
+            (
+                json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u","action":"edit","body":"x","contentType":"caf\u{e9}"}),
+                "contentType must",
+            ),
+            (
+                json!({"type":"READ_RECORD","ownerId":"u"}),
+                "id is required",
+            ),
+            (
+                json!({"type":"READ_RECORD","id":-1,"ownerId":"u"}),
+                "id must",
+            ),
+            (json!({"type":"READ_RECORD","id":3}), "ownerId is required"),
         ];
         for (msg, want) in cases {
             let got = parse(msg.clone()).expect_err("must be refused");
             assert!(got.contains(want), "{msg}: {got:?} should mention {want:?}");
         }
-        let r = parse_command(&json!({"type":7}), 1).unwrap_err();
+        let r = parse_command(&json!({"type":7}), LIMITS).unwrap_err();
         assert_eq!(
             r.command, None,
             "command is null when type was not a string"
@@ -519,21 +784,197 @@ mod tests {
     }
 
     #[test]
-    fn reports_serialise_in_the_contracts_shape() {
-        let v = serde_json::to_value(Outgoing::Blocked {
-            blocked: vec![BlockedEntry {
+    fn another_accounts_records_show_no_method_path_or_workspace() {
+        let bobs = RecordMeta {
+            id: RecordId(9),
+            method: "PATCH".into(),
+            path: "/projects/secret-merger/tasks/4".into(),
+            owner: Some("bob".into()),
+            workspace: Some("secret-merger".into()),
+            timestamp: 77,
+            body_len: 12,
+            last_status: Some(422),
+            state: RecordState::NeedsAttention(crate::core::record::AttentionReason::Rejected),
+            ..RecordMeta::default()
+        };
+        for viewer in [Some("alice"), None] {
+            let b = serde_json::to_value(BlockedEntry::of(
+                bobs.id,
+                Some(&bobs),
+                BlockReason::OwnerMismatch,
+                viewer,
+            ))
+            .expect("ok");
+            assert_eq!(
+                b,
+                json!({"id":9,"method":null,"path":null,"ownerId":"bob","workspace":null,
+                       "state":"needs-attention","reason":"owner-mismatch"})
+            );
+            let l = serde_json::to_value(ListedRecord::of(&bobs, viewer)).expect("ok");
+            assert_eq!(
+                l,
+                json!({"id":9,"method":null,"path":null,"ownerId":"bob","workspace":null,
+                       "state":"needs-attention","attentionReason":"rejected",
+                       "lastStatus":null,"timestamp":null,"bodySize":null})
+            );
+        }
+        let own = serde_json::to_value(ListedRecord::of(&bobs, Some("bob"))).expect("ok");
+        assert_eq!(own["path"], "/projects/secret-merger/tasks/4");
+        assert_eq!(own["workspace"], "secret-merger");
+        assert_eq!(own["bodySize"], 12);
+    }
+
+    #[test]
+    fn read_record_and_edit_parse() {
+        assert_eq!(
+            parse(json!({"type":"READ_RECORD","id":3,"ownerId":"alice"})),
+            Ok(Command::ReadRecord {
                 id: RecordId(3),
-                method: Some("POST".into()),
-                path: Some("/notes".into()),
-                owner_id: None,
-                workspace: None,
-                reason: BlockReason::UnknownOwner,
-            }],
+                owner: "alice".into()
+            })
+        );
+        assert_eq!(
+            parse(
+                json!({"type":"RECOVER_RECORD","id":3,"ownerId":"alice","action":"edit",
+                          "body":"{\"title\":\"ok\"}","contentType":"application/json"})
+            ),
+            Ok(Command::RecoverRecord {
+                id: RecordId(3),
+                owner: "alice".into(),
+                action: RecoverAction::Edit,
+                edit: Some(Edit {
+                    body: br#"{"title":"ok"}"#.to_vec(),
+                    content_type: Some("application/json".into())
+                }),
+            })
+        );
+        let Ok(Command::RecoverRecord { edit: Some(e), .. }) = parse(
+            json!({"type":"RECOVER_RECORD","id":3,"ownerId":"alice","action":"edit","body":"/wA=","bodyEncoding":"base64"}),
+        ) else {
+            panic!("parses");
+        };
+        assert_eq!(e.body, vec![0xff, 0x00]);
+        assert_eq!(e.content_type, None, "kept as it was");
+    }
+
+    #[test]
+    fn a_record_is_read_as_text_or_base64() {
+        let m = RecordMeta {
+            id: RecordId(4),
+            path: "/projects/p1/tasks".into(),
+            content_type: Some("application/json".into()),
+            owner: Some("alice".into()),
+            last_status: Some(422),
+            state: RecordState::NeedsAttention(crate::core::record::AttentionReason::Rejected),
+            ..RecordMeta::default()
+        };
+        let v = serde_json::to_value(Outgoing::Record {
+            record: RecordContent::of(&m, br#"{"title":"x"}"#),
+            request_id: Some(json!(1)),
+        })
+        .expect("ok");
+        assert_eq!(v["type"], "RECORD");
+        assert_eq!(v["record"]["body"], r#"{"title":"x"}"#);
+        assert_eq!(v["record"]["bodyEncoding"], "text");
+        assert_eq!(v["record"]["attentionReason"], "rejected");
+        assert_eq!(v["record"]["lastStatus"], 422);
+        assert_eq!(v["record"]["sentBefore"], false);
+        assert_eq!(v["requestId"], 1);
+        let bin = RecordContent::of(
+            &RecordMeta {
+                content_type: None,
+                ..m
+            },
+            &[1, 2, 3],
+        );
+        assert_eq!((bin.body_encoding, bin.body.as_str()), ("base64", "AQID"));
+    }
+
+    #[test]
+    fn abort_write_and_account_ids() {
+        assert_eq!(
+            parse(json!({"type":"ABORT_WRITE","idempotencyKey":"k:7f3e"})),
+            Ok(Command::AbortWrite {
+                key: IdempotencyKey::parse("k:7f3e").expect("valid")
+            })
+        );
+        for (msg, want) in [
+            (json!({"type":"ABORT_WRITE"}), "idempotencyKey is required"),
+            (
+                json!({"type":"ABORT_WRITE","idempotencyKey":7}),
+                "idempotencyKey must",
+            ),
+            (
+                json!({"type":"ABORT_WRITE","idempotencyKey":"has space"}),
+                "idempotencyKey:",
+            ),
+            (
+                json!({"type":"AUTH_SESSION","userId":"J\u{f6}rg"}),
+                "userId must be 1 to 256 visible ASCII",
+            ),
+            (
+                json!({"type":"AUTH_SESSION","userId":"\u{1F600}"}),
+                "userId must be 1 to 256",
+            ),
+            (
+                json!({"type":"AUTH_SESSION","userId":"x".repeat(257)}),
+                "userId must be 1 to 256",
+            ),
+            (
+                json!({"type":"REBIND_RECORDS","ownerId":" a"}),
+                "ownerId must be 1 to 256",
+            ),
+            (
+                json!({"type":"SET_NOTIFICATIONS","userId":"b\u{e9}","enabled":true}),
+                "userId must be 1 to 256",
+            ),
+        ] {
+            let got = parse(msg.clone()).expect_err("refused");
+            assert!(got.contains(want), "{msg}: {got:?} should mention {want:?}");
+        }
+    }
+
+    #[test]
+    fn message_fields_cover_every_field_a_command_reads() {
+        // Each command parses from its fields alone: nothing outside MESSAGE_FIELDS is
+        // needed, so the shell may copy only those.
+        for msg in [
+            json!({"type":"AUTH_SESSION","userId":"u1","requestId":1}),
+            json!({"type":"REBIND_RECORDS","ownerId":"u1","ids":[1]}),
+            json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u1","action":"discard"}),
+            json!({"type":"SET_NOTIFICATIONS","userId":"u1","enabled":true}),
+            json!({"type":"ABORT_WRITE","idempotencyKey":"k"}),
+            json!({"type":"READ_RECORD","id":1,"ownerId":"u1"}),
+            json!({"type":"RECOVER_RECORD","id":1,"ownerId":"u1","action":"edit","body":"eA==","bodyEncoding":"base64","contentType":"text/plain"}),
+        ] {
+            let obj = msg.as_object().expect("object");
+            assert!(
+                obj.keys().all(|k| MESSAGE_FIELDS.contains(&k.as_str())),
+                "{msg}"
+            );
+            assert!(parse(msg.clone()).is_ok(), "{msg}");
+        }
+    }
+
+    #[test]
+    fn reports_serialise_in_the_contracts_shape() {
+        let unknown = RecordMeta {
+            id: RecordId(3),
+            path: "/notes".into(),
+            ..RecordMeta::default()
+        };
+        let v = serde_json::to_value(Outgoing::Blocked {
+            blocked: vec![BlockedEntry::of(
+                RecordId(3),
+                Some(&unknown),
+                BlockReason::UnknownOwner,
+                Some("alice"),
+            )],
         })
         .expect("serialises");
         assert_eq!(
             v,
-            json!({"type":"MUTATIONS_BLOCKED","blocked":[{"id":3,"method":"POST","path":"/notes","ownerId":null,"workspace":null,"reason":"unknown-owner"}]})
+            json!({"type":"MUTATIONS_BLOCKED","blocked":[{"id":3,"method":"POST","path":"/notes","ownerId":null,"workspace":null,"state":"queued","reason":"unknown-owner"}]})
         );
         assert_eq!(
             serde_json::to_value(Outgoing::flush_summary(2, Some(0), 0)).expect("ok"),

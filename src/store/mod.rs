@@ -1,18 +1,24 @@
-//! The outbox's IndexedDB database (contract section 3): schema and upgrade, and one
+//! The outbox's IndexedDB database (contract section 3): schema and upgrades, and one
 //! function per transaction the outbox needs.
 //!
 //! Built on web-sys directly rather than a wrapper crate because two things the contract
 //! requires are not expressible through rexie 0.6: a `durability: "strict"` commit for
-//! queued writes, and rewriting version-1 records inside the version-change transaction.
+//! queued writes, and rewriting older records inside the version-change transaction.
+//!
+//! Schema 3 keeps each record's body in its own store (`bodies`, keyed by the record's
+//! id): every scan of the queue (a flush, `LIST_QUEUE`, the lanes at start) reads
+//! metadata only, and the in-flight mark and the settling of a replay rewrite metadata
+//! only. The `session` store also holds the generation (see [`Generation`]).
 
 pub mod idb;
+mod upgrade;
 
 use crate::core::record::{
     CorruptRecord, MutableFields, NewRecord, RawRecord, RecordId, RecordMeta, MAX_SAFE_INTEGER,
 };
 use crate::core::route::Patterns;
 use futures_channel::mpsc;
-use idb::{describe, done, failed, request, IdbError};
+use idb::{done, failed, request, IdbError};
 use js_sys::{Object, Reflect, Uint8Array};
 use serde::Serialize;
 use std::cell::RefCell;
@@ -20,8 +26,8 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{
-    IdbCursorWithValue, IdbDatabase, IdbFactory, IdbObjectStore, IdbObjectStoreParameters,
-    IdbOpenDbRequest, IdbTransaction, IdbTransactionMode, IdbVersionChangeEvent,
+    IdbCursorWithValue, IdbDatabase, IdbFactory, IdbObjectStore, IdbOpenDbRequest, IdbTransaction,
+    IdbTransactionMode, IdbVersionChangeEvent,
 };
 
 #[wasm_bindgen]
@@ -40,13 +46,61 @@ extern "C" {
     ) -> Result<IdbTransaction, JsValue>;
 }
 
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 pub const MUTATIONS: &str = "mutations";
+pub const BODIES: &str = "bodies";
 pub const SESSION: &str = "session";
 const SESSION_KEY: &str = "current";
 const BACKOFF_KEY: &str = "backoff";
+const GENERATION_KEY: &str = "generation";
 /// `notify:<userId>` holds one account's delivery-notification choice.
 const NOTIFY_PREFIX: &str = "notify:";
+
+/// The database's change counter (contract 8, r2). Every transaction that changes what
+/// a worker keeps in memory — the session, which lanes hold unresolved records — adds
+/// one to `n` in the same transaction; `CLEAR_DEVICE` also adds one to `clears`. A
+/// worker compares `n` with the generation its copies reflect before it uses them, so
+/// neither of two worker instances (an old and a new version during an update) acts on
+/// a view the other has changed since; `clears` fences writes still on their first
+/// attempt when a clear commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Generation {
+    pub n: u64,
+    pub clears: u64,
+}
+
+impl Generation {
+    fn read(v: &JsValue) -> Generation {
+        let num = |f: &str| {
+            Reflect::get(v, &f.into())
+                .ok()
+                .and_then(|x| x.as_f64())
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .map_or(0, |x| x as u64)
+        };
+        Generation {
+            n: num("n"),
+            clears: num("clears"),
+        }
+    }
+
+    fn to_js(self) -> Result<JsValue, IdbError> {
+        let v = Object::new();
+        let set = |k: &str, x: JsValue| Reflect::set(&v, &k.into(), &x).map_err(failed);
+        set("key", GENERATION_KEY.into())?;
+        set("n", JsValue::from_f64(self.n as f64))?;
+        set("clears", JsValue::from_f64(self.clears as f64))?;
+        Ok(v.into())
+    }
+
+    /// The generation after one more change (`clear`: a `CLEAR_DEVICE`).
+    pub fn next(self, clear: bool) -> Generation {
+        Generation {
+            n: self.n + 1,
+            clears: self.clears + u64::from(clear),
+        }
+    }
+}
 
 /// A stored value as the outbox reads it: a record, or something that is not one.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,10 +118,22 @@ impl QueueItem {
     }
 }
 
-/// A write to be queued: its fields and its exact body bytes.
+/// The queue as read in one transaction, with the generation and session of that moment.
+pub struct Snapshot {
+    pub generation: Generation,
+    pub session: Option<String>,
+    pub items: Vec<QueueItem>,
+    /// Values stored under a key that is not a record id (not written by the outbox);
+    /// [`Store::rekey_foreign`] gives them ids so they can be listed and discarded.
+    pub foreign: usize,
+}
+
+/// A write to be queued: its fields, its exact body bytes, and the clear count of the
+/// view it was decided in (a clear since then means it is not stored).
 pub struct Pending {
     pub record: NewRecord,
     pub body: Option<Uint8Array>,
+    pub clears: u64,
 }
 
 /// Why a batch member was not stored.
@@ -75,6 +141,11 @@ pub struct Pending {
 pub enum EnqueueFailure {
     Full,
     Storage(String),
+    /// Another worker changed the database since this worker's view was read: nothing
+    /// of the batch was stored; refresh the view and try again.
+    Stale,
+    /// `CLEAR_DEVICE` committed after the write was decided: it is never stored.
+    Cleared,
 }
 
 /// The open database.
@@ -93,9 +164,13 @@ fn to_js<T: Serialize>(v: &T) -> Result<JsValue, IdbError> {
     crate::js::to_value(v).map_err(|e| IdbError::Failed(format!("serialising: {e}")))
 }
 
-/// The stored body's size: absent or null is 0, bytes and strings their length; any
-/// other value makes the record corrupt (`None`).
-fn body_len(value: &JsValue) -> Option<usize> {
+fn key_of(id: RecordId) -> JsValue {
+    JsValue::from_f64(id.0 as f64)
+}
+
+/// The size of a body stored inside a record (schemas 1 and 2): absent or null is 0,
+/// bytes and strings their length; any other value makes the record corrupt (`None`).
+fn inline_body_len(value: &JsValue) -> Option<usize> {
     let body = Reflect::get(value, &"body".into()).ok()?;
     if body.is_null() || body.is_undefined() {
         Some(0)
@@ -108,9 +183,8 @@ fn body_len(value: &JsValue) -> Option<usize> {
     }
 }
 
-/// The body of a stored value as bytes for a request (`None` when there is none).
-pub fn body_bytes(value: &JsValue) -> Option<JsValue> {
-    let body = Reflect::get(value, &"body".into()).ok()?;
+/// A stored body as bytes for a request (`None` when there is none).
+fn body_bytes(body: JsValue) -> Option<JsValue> {
     if body.is_null() || body.is_undefined() {
         None
     } else if let Some(s) = body.as_string() {
@@ -120,71 +194,42 @@ pub fn body_bytes(value: &JsValue) -> Option<JsValue> {
     }
 }
 
-fn record_id(key: &JsValue) -> Option<RecordId> {
+/// A primary key as a record id: a positive safe integer.
+pub fn record_id(key: &JsValue) -> Option<RecordId> {
     let n = key.as_f64()?;
-    (n >= 0.0 && n.fract() == 0.0 && n <= MAX_SAFE_INTEGER as f64).then_some(RecordId(n as u64))
+    (n >= 1.0 && n.fract() == 0.0 && n <= MAX_SAFE_INTEGER as f64).then_some(RecordId(n as u64))
 }
 
-/// Reads one stored value as a record, or says why it is corrupt.
+/// The field a re-keyed foreign value carries, so that it reads as corrupt.
+const FOREIGN_MARK: &str = "swOutboxForeignKey";
+
+/// Reads one stored value as a record, or says why it is corrupt. `None` when `key` is
+/// not a record id.
 pub fn read_item(key: &JsValue, value: &JsValue, patterns: &dyn Patterns) -> Option<QueueItem> {
     let id = record_id(key)?;
-    let raw: Result<RawRecord, _> = if value.is_object() {
-        crate::js::from_value(value.clone()).map_err(|e| CorruptRecord::Shape(e.to_string()))
-    } else {
-        Err(CorruptRecord::Shape("not an object".into()))
-    };
+    if !value.is_object() {
+        return Some(QueueItem::Corrupt(id, "not an object".into()));
+    }
+    if Reflect::has(value, &FOREIGN_MARK.into()).unwrap_or(false) {
+        return Some(QueueItem::Corrupt(
+            id,
+            "stored under a key that is not a record id".into(),
+        ));
+    }
+    let raw: Result<RawRecord, _> =
+        crate::js::from_value(value.clone()).map_err(|e| CorruptRecord::Shape(e.to_string()));
     Some(
-        match raw.and_then(|raw| RecordMeta::from_raw(id, raw, body_len(value), patterns)) {
+        match raw.and_then(|raw| RecordMeta::from_raw(id, raw, inline_body_len(value), patterns)) {
             Ok(meta) => QueueItem::Record(meta),
             Err(e) => QueueItem::Corrupt(id, e.to_string()),
         },
     )
 }
 
-/// Rewrites a version-1 value in place: owner unknown, workspace derived, key absent,
-/// body bytes, state queued. Values that are not objects are left for the reader to
-/// report as corrupt.
-fn upgrade_v1_value(value: &JsValue, patterns: &dyn Patterns) -> Option<JsValue> {
-    if !value.is_object() {
-        return None;
-    }
-    let get = |f: &str| Reflect::get(value, &f.into()).unwrap_or(JsValue::UNDEFINED);
-    let set = |f: &str, v: &JsValue| {
-        let _ = Reflect::set(value, &f.into(), v);
-    };
-    if get("ownerId").is_undefined() {
-        set("ownerId", &JsValue::NULL);
-    }
-    if get("workspace").is_undefined() {
-        let ws = get("path")
-            .as_string()
-            .and_then(|p| patterns.workspace(&p))
-            .map(|w| JsValue::from_str(&w))
-            .unwrap_or(JsValue::NULL);
-        set("workspace", &ws);
-    }
-    if get("idempotencyKey").is_undefined() {
-        set("idempotencyKey", &JsValue::NULL);
-    }
-    if let Some(s) = get("body").as_string() {
-        set("body", &Uint8Array::from(s.as_bytes()).into());
-    }
-    if get("state").is_undefined() {
-        set("state", &"queued".into());
-        set("attentionReason", &JsValue::NULL);
-    }
-    if get("serverFailures").is_undefined() {
-        set("serverFailures", &0.into());
-    }
-    Some(value.clone())
-}
-
 /// One step of a cursor: the cursor on the next value, `None` past the last.
 type CursorStep = Result<Option<IdbCursorWithValue>, IdbError>;
 /// The event handlers that feed a cursor's channel; dropped with it.
 type CursorHandlers = (Closure<dyn FnMut()>, Closure<dyn FnMut()>);
-/// The version-1 migration's cursor handler, alive until the open request completes.
-type MigrationSlot = Rc<RefCell<Option<Closure<dyn FnMut()>>>>;
 
 /// A cursor's steps as a channel: each `success` sends the cursor (or `None` at the end).
 fn cursor_steps(
@@ -218,16 +263,25 @@ pub(crate) async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
         .await
 }
 
+/// Reads the generation and writes the next one, inside `tx`'s `session` store. Returns
+/// the generation read (the one the change applies to).
+async fn bump(session: &IdbObjectStore, clear: bool) -> Result<Generation, IdbError> {
+    let before =
+        Generation::read(&request(session.get(&GENERATION_KEY.into()).map_err(failed)?).await?);
+    request(session.put(&before.next(clear).to_js()?).map_err(failed)?).await?;
+    Ok(before)
+}
+
 impl Store {
-    /// Opens (creating or upgrading) the database. A version-1 database keeps every
-    /// record: the upgrade rewrites each one in the version-change transaction.
+    /// Opens (creating or upgrading) the database. Older databases keep every record:
+    /// the upgrade rewrites each one in the version-change transaction.
     pub async fn open(name: &str, patterns: Rc<dyn Patterns>) -> Result<Store, IdbError> {
         let open: IdbOpenDbRequest = factory()?.open_with_u32(name, VERSION).map_err(failed)?;
-        let migration: MigrationSlot = Rc::new(RefCell::new(None));
+        let migration: upgrade::MigrationSlot = Rc::new(RefCell::new(None));
         let (req, pats, mig) = (open.clone(), patterns.clone(), migration.clone());
         let on_upgrade: Closure<dyn FnMut(IdbVersionChangeEvent)> =
             Closure::new(move |e: IdbVersionChangeEvent| {
-                if let Err(err) = upgrade(&req, e.old_version() as u32, &pats, &mig) {
+                if let Err(err) = upgrade::run(&req, e.old_version() as u32, &pats, &mig) {
                     web_sys::console::error_1(&format!("sw-outbox: upgrade failed: {err}").into());
                     if let Some(tx) = req.transaction() {
                         let _ = tx.abort();
@@ -283,86 +337,150 @@ impl Store {
         tx.object_store(name).map_err(failed)
     }
 
+    /// The generation now (a read of one small value).
+    pub async fn generation(&self) -> Result<Generation, IdbError> {
+        let tx = self.tx(&[SESSION], IdbTransactionMode::Readonly, false)?;
+        let session = Self::store(&tx, SESSION)?;
+        Ok(Generation::read(
+            &request(session.get(&GENERATION_KEY.into()).map_err(failed)?).await?,
+        ))
+    }
+
+    /// The generation, the session and every record's metadata, as of one moment.
+    pub async fn snapshot(&self) -> Result<Snapshot, IdbError> {
+        let tx = self.tx(&[MUTATIONS, SESSION], IdbTransactionMode::Readonly, false)?;
+        let session = Self::store(&tx, SESSION)?;
+        let gen = request(session.get(&GENERATION_KEY.into()).map_err(failed)?);
+        let user = request(session.get(&SESSION_KEY.into()).map_err(failed)?);
+        let all = request(Self::store(&tx, MUTATIONS)?.get_all().map_err(failed)?);
+        let generation = Generation::read(&gen.await?);
+        let session = session_user_of(&user.await?);
+        let (items, foreign) = self.items_of(&all.await?);
+        Ok(Snapshot {
+            generation,
+            session,
+            items,
+            foreign,
+        })
+    }
+
+    fn items_of(&self, all: &JsValue) -> (Vec<QueueItem>, usize) {
+        let Some(values) = all.dyn_ref::<js_sys::Array>() else {
+            return (Vec::new(), 0);
+        };
+        let mut items = Vec::with_capacity(values.length() as usize);
+        let mut foreign = 0;
+        for value in values.iter() {
+            // The store's key path is `id`: a value's `id` is its primary key.
+            let key = Reflect::get(&value, &"id".into()).unwrap_or(JsValue::UNDEFINED);
+            match read_item(&key, &value, &*self.patterns) {
+                Some(item) => items.push(item),
+                None => foreign += 1,
+            }
+        }
+        (items, foreign)
+    }
+
     /// Stores a batch of writes in one strict transaction (group commit). Each member
     /// gets its id, or why it was not stored; the ids are returned only after the
     /// transaction committed, so no caller can claim a write queued before it is.
+    /// `expected` is the generation the writes were decided under, read when the
+    /// transaction sees the database's: any other generation stores nothing (`Stale`).
+    /// Returns the generation the batch applied to when it committed.
     pub async fn enqueue(
         &self,
-        batch: Vec<Pending>,
+        batch: &[&Pending],
         max_records: u32,
-    ) -> Vec<Result<RecordId, EnqueueFailure>> {
+        expected: &dyn Fn() -> Option<u64>,
+    ) -> (Option<Generation>, Vec<Result<RecordId, EnqueueFailure>>) {
         let n = batch.len();
-        match self.enqueue_inner(batch, max_records).await {
+        match self.enqueue_inner(batch, max_records, expected).await {
             Ok(r) => r,
-            Err(e) => vec![Err(EnqueueFailure::Storage(e.to_string())); n],
+            Err(e) => (None, vec![Err(EnqueueFailure::Storage(e.to_string())); n]),
         }
     }
 
     async fn enqueue_inner(
         &self,
-        batch: Vec<Pending>,
+        batch: &[&Pending],
         max_records: u32,
-    ) -> Result<Vec<Result<RecordId, EnqueueFailure>>, IdbError> {
-        let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readwrite, true)?;
+        expected: &dyn Fn() -> Option<u64>,
+    ) -> Result<(Option<Generation>, Vec<Result<RecordId, EnqueueFailure>>), IdbError> {
+        let tx = self.tx(
+            &[MUTATIONS, BODIES, SESSION],
+            IdbTransactionMode::Readwrite,
+            true,
+        )?;
         let committed = done(&tx);
         let store = Self::store(&tx, MUTATIONS)?;
-        let count = request(store.count().map_err(failed)?)
-            .await?
-            .as_f64()
-            .unwrap_or(0.0) as u64;
+        let bodies = Self::store(&tx, BODIES)?;
+        let session = Self::store(&tx, SESSION)?;
+        let count = request(store.count().map_err(failed)?);
+        let before = bump(&session, false).await?;
+        let count = count.await?.as_f64().unwrap_or(0.0) as u64;
+        if expected() != Some(before.n) {
+            let _ = tx.abort();
+            return Ok((
+                None,
+                batch.iter().map(|_| Err(EnqueueFailure::Stale)).collect(),
+            ));
+        }
         let mut room = (max_records as u64).saturating_sub(count);
         let mut adds = Vec::with_capacity(batch.len());
-        for p in batch {
+        let mut held = Vec::with_capacity(batch.len());
+        for p in batch.iter() {
+            if p.clears != before.clears {
+                adds.push(Err(EnqueueFailure::Cleared));
+                continue;
+            }
             if room == 0 {
-                adds.push(None);
+                adds.push(Err(EnqueueFailure::Full));
                 continue;
             }
             room -= 1;
             let value = to_js(&p.record)?;
-            let body = p.body.map(JsValue::from).unwrap_or(JsValue::NULL);
-            Reflect::set(&value, &"body".into(), &body).map_err(failed)?;
-            adds.push(Some(request(store.add(&value).map_err(failed)?)));
+            adds.push(Ok(request(store.add(&value).map_err(failed)?)));
+            held.push(p.body.clone());
         }
-        if adds.iter().all(Option::is_none) {
+        if adds.iter().all(Result::is_err) {
             // Nothing to write: end the transaction rather than wait for it.
             let _ = tx.abort();
-            return Ok(adds
-                .into_iter()
-                .map(|_| Err(EnqueueFailure::Full))
-                .collect());
+            return Ok((
+                None,
+                adds.into_iter().map(|a| a.map(|_| RecordId(0))).collect(),
+            ));
         }
-        committed.await?;
-        let mut out = Vec::with_capacity(adds.len());
+        let mut keys = Vec::with_capacity(adds.len());
+        let mut bodies_left = held.into_iter();
         for add in adds {
-            out.push(match add {
-                None => Err(EnqueueFailure::Full),
-                Some(f) => match f.await {
-                    Ok(key) => record_id(&key).ok_or(EnqueueFailure::Storage("bad key".into())),
-                    Err(e) => Err(EnqueueFailure::Storage(e.to_string())),
-                },
+            keys.push(match add {
+                Err(why) => Err(why),
+                Ok(f) => {
+                    let key = f.await?;
+                    if let Some(body) = bodies_left.next().flatten() {
+                        // Issued from the add's success: the transaction is still active.
+                        bodies.put_with_key(&body, &key).map_err(failed)?;
+                    }
+                    Ok(key)
+                }
             });
         }
-        Ok(out)
+        committed.await?;
+        let out = keys
+            .into_iter()
+            .map(|k| {
+                k.and_then(|key| record_id(&key).ok_or(EnqueueFailure::Storage("bad key".into())))
+            })
+            .collect();
+        Ok((Some(before), out))
     }
 
-    /// Every stored value in id order, read as records or reported corrupt. The cursor
-    /// holds one value at a time, and no body is copied into Rust.
-    pub async fn read_queue(&self) -> Result<Vec<QueueItem>, IdbError> {
+    /// Every stored record's metadata in id order, read as records or reported corrupt,
+    /// and how many values are stored under foreign keys. No body is read.
+    pub async fn read_queue(&self) -> Result<(Vec<QueueItem>, usize), IdbError> {
         let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readonly, false)?;
-        let store = Self::store(&tx, MUTATIONS)?;
-        let req = store.open_cursor().map_err(failed)?;
-        let (mut steps, _handlers) = cursor_steps(&req);
-        let mut out = Vec::new();
-        while let Some(step) = next(&mut steps).await {
-            let Some(cursor) = step? else { break };
-            let key = cursor.primary_key().map_err(failed)?;
-            let value = cursor.value().map_err(failed)?;
-            if let Some(item) = read_item(&key, &value, &*self.patterns) {
-                out.push(item);
-            }
-            cursor.continue_().map_err(failed)?;
-        }
-        Ok(out)
+        let all = request(Self::store(&tx, MUTATIONS)?.get_all().map_err(failed)?).await?;
+        Ok(self.items_of(&all))
     }
 
     pub async fn count(&self) -> Result<u64, IdbError> {
@@ -374,29 +492,74 @@ impl Store {
             .unwrap_or(0.0) as u64)
     }
 
-    /// Marks a record in flight (`attempts` + 1) and returns its stored value for the
-    /// request, in one transaction committed before the request goes out. `None` when
-    /// the record is gone or no longer readable.
+    /// Marks a record in flight (`attempts` + 1, and `firstSentAt` when it is sent for
+    /// the first time) and returns its metadata and body for the request, in one
+    /// transaction committed before the request goes out. `first_send`: the caller
+    /// knows it was never sent, and the commit is strict, since losing that time could
+    /// let a replay run after the server's key window. `None` when the record is gone or
+    /// no longer readable.
     pub async fn begin_send(
         &self,
         id: RecordId,
-    ) -> Result<Option<(RecordMeta, JsValue)>, IdbError> {
-        let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readwrite, false)?;
+        now_ms: u64,
+        first_send: bool,
+    ) -> Result<Option<(RecordMeta, Option<JsValue>)>, IdbError> {
+        let key = key_of(id);
+        let tx = self.tx(
+            &[MUTATIONS, BODIES],
+            IdbTransactionMode::Readwrite,
+            first_send,
+        )?;
         let committed = done(&tx);
         let store = Self::store(&tx, MUTATIONS)?;
-        let key = JsValue::from_f64(id.0 as f64);
+        let body = request(Self::store(&tx, BODIES)?.get(&key).map_err(failed)?);
         let value = request(store.get(&key).map_err(failed)?).await?;
         let Some(QueueItem::Record(mut meta)) = read_item(&key, &value, &*self.patterns) else {
+            let _ = tx.abort();
             return Ok(None);
         };
         meta.attempts = meta.attempts.saturating_add(1);
-        Reflect::set(&value, &"attempts".into(), &meta.attempts.into()).map_err(failed)?;
+        if meta.first_sent_at.is_none() {
+            meta.first_sent_at = Some(now_ms);
+        }
+        let patch: Object = to_js(&meta.mutable_fields())?.unchecked_into();
+        Object::assign(value.unchecked_ref(), &patch);
         request(store.put(&value).map_err(failed)?).await?;
+        let mut body = body.await?;
+        if body.is_undefined() {
+            // A record whose body was never moved out (written by hand, say).
+            body = Reflect::get(&value, &"body".into()).unwrap_or(JsValue::NULL);
+        }
         committed.await?;
-        Ok(Some((meta, value)))
+        Ok(Some((meta, body_bytes(body))))
     }
 
-    /// Writes a record's new state over the stored one (the body is untouched).
+    /// A record's body as stored (for reading it back), `None` when it has none.
+    pub async fn body(&self, id: RecordId) -> Result<Option<JsValue>, IdbError> {
+        Ok(self.record(id).await?.and_then(|(_, b)| b))
+    }
+
+    /// One stored value read as a record, with its body, in one transaction (`None`: no
+    /// value under that id).
+    pub async fn record(
+        &self,
+        id: RecordId,
+    ) -> Result<Option<(QueueItem, Option<JsValue>)>, IdbError> {
+        let tx = self.tx(&[MUTATIONS, BODIES], IdbTransactionMode::Readonly, false)?;
+        let key = key_of(id);
+        let body = request(Self::store(&tx, BODIES)?.get(&key).map_err(failed)?);
+        let value = request(Self::store(&tx, MUTATIONS)?.get(&key).map_err(failed)?).await?;
+        let mut body = body.await?;
+        if value.is_undefined() {
+            return Ok(None);
+        }
+        if body.is_undefined() {
+            body = Reflect::get(&value, &"body".into()).unwrap_or(JsValue::NULL);
+        }
+        Ok(read_item(&key, &value, &*self.patterns).map(|item| (item, body_bytes(body))))
+    }
+
+    /// Writes a record's new state over the stored metadata (the body is untouched).
     /// `Ok(false)` when the record is gone.
     pub async fn write_fields(
         &self,
@@ -406,7 +569,7 @@ impl Store {
         let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readwrite, false)?;
         let committed = done(&tx);
         let store = Self::store(&tx, MUTATIONS)?;
-        let key = JsValue::from_f64(id.0 as f64);
+        let key = key_of(id);
         let value = request(store.get(&key).map_err(failed)?).await?;
         if !value.is_object() {
             let _ = tx.abort();
@@ -419,17 +582,20 @@ impl Store {
         Ok(true)
     }
 
-    pub async fn delete(&self, id: RecordId) -> Result<(), IdbError> {
-        let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readwrite, false)?;
+    /// Deletes a record and its body. Returns the generation the change applied to.
+    pub async fn delete(&self, id: RecordId) -> Result<Generation, IdbError> {
+        let tx = self.tx(
+            &[MUTATIONS, BODIES, SESSION],
+            IdbTransactionMode::Readwrite,
+            false,
+        )?;
         let committed = done(&tx);
-        let store = Self::store(&tx, MUTATIONS)?;
-        request(
-            store
-                .delete(&JsValue::from_f64(id.0 as f64))
-                .map_err(failed)?,
-        )
-        .await?;
-        committed.await
+        let key = key_of(id);
+        Self::store(&tx, MUTATIONS)?.delete(&key).map_err(failed)?;
+        Self::store(&tx, BODIES)?.delete(&key).map_err(failed)?;
+        let before = bump(&Self::store(&tx, SESSION)?, false).await?;
+        committed.await?;
+        Ok(before)
     }
 
     async fn get_session_value(&self, key: &str) -> Result<JsValue, IdbError> {
@@ -438,31 +604,44 @@ impl Store {
         request(store.get(&key.into()).map_err(failed)?).await
     }
 
-    async fn put_session_value(&self, value: &JsValue) -> Result<(), IdbError> {
+    /// Puts one value in the session store, strictly; `bump`: it changes what workers
+    /// cache, so the generation moves (returned as it was before).
+    async fn put_session_value(
+        &self,
+        value: &JsValue,
+        bump_it: bool,
+    ) -> Result<Option<Generation>, IdbError> {
         let tx = self.tx(&[SESSION], IdbTransactionMode::Readwrite, true)?;
         let committed = done(&tx);
         let store = Self::store(&tx, SESSION)?;
-        request(store.put(value).map_err(failed)?).await?;
-        committed.await
+        let put = request(store.put(value).map_err(failed)?);
+        let before = if bump_it {
+            Some(bump(&store, false).await?)
+        } else {
+            None
+        };
+        put.await?;
+        committed.await?;
+        Ok(before)
     }
 
     /// The account of the last `AUTH_SESSION` (`None`: signed out or never told).
     pub async fn session_user(&self) -> Result<Option<String>, IdbError> {
-        let v = self.get_session_value(SESSION_KEY).await?;
-        Ok(Reflect::get(&v, &"userId".into())
-            .ok()
-            .and_then(|u| u.as_string())
-            .filter(|u| !u.is_empty()))
+        Ok(session_user_of(&self.get_session_value(SESSION_KEY).await?))
     }
 
-    pub async fn set_session_user(&self, user: Option<&str>) -> Result<(), IdbError> {
+    /// Persists the signed-in account; returns the generation the change applied to.
+    pub async fn set_session_user(&self, user: Option<&str>) -> Result<Generation, IdbError> {
         let v = Object::new();
         Reflect::set(&v, &"key".into(), &SESSION_KEY.into()).map_err(failed)?;
         let u = user.map(JsValue::from_str).unwrap_or(JsValue::NULL);
         Reflect::set(&v, &"userId".into(), &u).map_err(failed)?;
-        self.put_session_value(&v).await
+        self.put_session_value(&v, true)
+            .await?
+            .ok_or_else(|| IdbError::Failed("no generation".into()))
     }
 
+    /// The backoff state. Read from the database at every use, never cached.
     pub async fn backoff(&self) -> Result<crate::core::backoff::Backoff, IdbError> {
         let v = self.get_session_value(BACKOFF_KEY).await?;
         if !v.is_object() {
@@ -474,10 +653,11 @@ impl Store {
     pub async fn set_backoff(&self, b: &crate::core::backoff::Backoff) -> Result<(), IdbError> {
         let v = to_js(b)?;
         Reflect::set(&v, &"key".into(), &BACKOFF_KEY.into()).map_err(failed)?;
-        self.put_session_value(&v).await
+        self.put_session_value(&v, false).await.map(drop)
     }
 
-    /// Whether `user` opted in to delivery notifications on this device.
+    /// Whether `user` opted in to delivery notifications on this device. Read from the
+    /// database at every use, never cached.
     pub async fn notifications_enabled(&self, user: &str) -> Result<bool, IdbError> {
         let v = self
             .get_session_value(&format!("{NOTIFY_PREFIX}{user}"))
@@ -495,46 +675,67 @@ impl Store {
         Reflect::set(&v, &"key".into(), &key.into()).map_err(failed)?;
         Reflect::set(&v, &"userId".into(), &user.into()).map_err(failed)?;
         Reflect::set(&v, &"enabled".into(), &enabled.into()).map_err(failed)?;
-        self.put_session_value(&v).await
+        self.put_session_value(&v, false).await.map(drop)
     }
 
     /// Stores a raw value as it is, bypassing every check: for tests that need a
-    /// corrupt record in the store.
+    /// corrupt record in the store (or one under a foreign key).
     #[doc(hidden)]
     pub async fn put_raw_for_tests(&self, value: &JsValue) -> Result<(), IdbError> {
         let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readwrite, false)?;
         let committed = done(&tx);
-        request(Self::store(&tx, MUTATIONS)?.add(value).map_err(failed)?).await?;
+        request(Self::store(&tx, MUTATIONS)?.put(value).map_err(failed)?).await?;
         committed.await
     }
 
-    /// Deletes every record and the session, in one transaction.
-    pub async fn clear_device(&self) -> Result<(), IdbError> {
-        let tx = self.tx(&[MUTATIONS, SESSION], IdbTransactionMode::Readwrite, true)?;
+    /// Deletes every record, every body, the session, the backoff and the notification
+    /// choices, in one transaction, and counts a clear. Returns the records deleted and
+    /// the generation the clear applied to.
+    pub async fn clear_device(&self) -> Result<(u64, Generation), IdbError> {
+        let tx = self.tx(
+            &[MUTATIONS, BODIES, SESSION],
+            IdbTransactionMode::Readwrite,
+            true,
+        )?;
         let committed = done(&tx);
-        request(Self::store(&tx, MUTATIONS)?.clear().map_err(failed)?).await?;
-        request(Self::store(&tx, SESSION)?.clear().map_err(failed)?).await?;
-        committed.await
+        let mutations = Self::store(&tx, MUTATIONS)?;
+        let session = Self::store(&tx, SESSION)?;
+        let count = request(mutations.count().map_err(failed)?);
+        let gen = request(session.get(&GENERATION_KEY.into()).map_err(failed)?);
+        let n = count.await?.as_f64().unwrap_or(0.0) as u64;
+        let before = Generation::read(&gen.await?);
+        mutations.clear().map_err(failed)?;
+        Self::store(&tx, BODIES)?.clear().map_err(failed)?;
+        session.clear().map_err(failed)?;
+        request(session.put(&before.next(true).to_js()?).map_err(failed)?).await?;
+        committed.await?;
+        Ok((n, before))
     }
 
     /// Runs `change` over every stored value in one readwrite transaction: it returns
     /// the fields to write over a record, `Delete`, or nothing. The read and the change
-    /// are atomic: a concurrent flush sees all of it or none.
-    /// `only` limits it to one record.
+    /// are atomic: a concurrent flush sees all of it or none. `only` limits it to one
+    /// record. When anything changed, the generation moves; returns the records changed
+    /// and the generation the change applied to.
     pub async fn rewrite_where<F>(
         &self,
         only: Option<RecordId>,
         mut change: F,
-    ) -> Result<u64, IdbError>
+    ) -> Result<(u64, Option<Generation>), IdbError>
     where
         F: FnMut(&QueueItem) -> Rewrite,
     {
-        let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readwrite, true)?;
+        let tx = self.tx(
+            &[MUTATIONS, BODIES, SESSION],
+            IdbTransactionMode::Readwrite,
+            true,
+        )?;
         let committed = done(&tx);
         let store = Self::store(&tx, MUTATIONS)?;
+        let bodies = Self::store(&tx, BODIES)?;
         let req = match only {
             None => store.open_cursor(),
-            Some(id) => web_sys::IdbKeyRange::only(&JsValue::from_f64(id.0 as f64))
+            Some(id) => web_sys::IdbKeyRange::only(&key_of(id))
                 .and_then(|range| store.open_cursor_with_range(&range)),
         }
         .map_err(failed)?;
@@ -553,83 +754,87 @@ impl Store {
                         cursor.update(&value).map_err(failed)?;
                         affected += 1;
                     }
+                    Rewrite::Replace(fields, body) => {
+                        let patch: Object = to_js(&fields)?.unchecked_into();
+                        Object::assign(value.unchecked_ref(), &patch);
+                        // A body that never moved out of the record goes now.
+                        let _ = Reflect::delete_property(
+                            value.unchecked_ref::<Object>(),
+                            &"body".into(),
+                        );
+                        cursor.update(&value).map_err(failed)?;
+                        match body {
+                            Some(b) => bodies.put_with_key(&b, &key).map_err(failed)?,
+                            None => bodies.delete(&key).map_err(failed)?,
+                        };
+                        affected += 1;
+                    }
                     Rewrite::Delete => {
                         cursor.delete().map_err(failed)?;
+                        bodies.delete(&key).map_err(failed)?;
                         affected += 1;
                     }
                 }
             }
             cursor.continue_().map_err(failed)?;
         }
+        let before = if affected > 0 {
+            Some(bump(&Self::store(&tx, SESSION)?, false).await?)
+        } else {
+            let _ = tx.abort();
+            return Ok((0, None));
+        };
         committed.await?;
-        Ok(affected)
+        Ok((affected, before))
     }
+
+    /// Gives every value stored under a key that is not a record id (not written by
+    /// the outbox) a fresh id, marked so that it reads as `corrupt-record`: kept,
+    /// listed, reported and discardable like any corrupt record, instead of counted
+    /// but invisible. Returns how many were moved.
+    pub async fn rekey_foreign(&self) -> Result<usize, IdbError> {
+        let tx = self.tx(&[MUTATIONS, SESSION], IdbTransactionMode::Readwrite, true)?;
+        let committed = done(&tx);
+        let store = Self::store(&tx, MUTATIONS)?;
+        let req = store.open_cursor().map_err(failed)?;
+        let (mut steps, _handlers) = cursor_steps(&req);
+        let mut moved = Vec::new();
+        while let Some(step) = next(&mut steps).await {
+            let Some(cursor) = step? else { break };
+            let key = cursor.primary_key().map_err(failed)?;
+            if record_id(&key).is_none() {
+                let value = cursor.value().map_err(failed)?;
+                cursor.delete().map_err(failed)?;
+                moved.push((key, value));
+            }
+            cursor.continue_().map_err(failed)?;
+        }
+        for (key, value) in &moved {
+            upgrade::mark_foreign(value, key)?;
+            request(store.add(value).map_err(failed)?).await?;
+        }
+        if moved.is_empty() {
+            let _ = tx.abort();
+            return Ok(0);
+        }
+        bump(&Self::store(&tx, SESSION)?, false).await?;
+        committed.await?;
+        Ok(moved.len())
+    }
+}
+
+fn session_user_of(v: &JsValue) -> Option<String> {
+    Reflect::get(v, &"userId".into())
+        .ok()
+        .and_then(|u| u.as_string())
+        .filter(|u| !u.is_empty())
 }
 
 /// What [`Store::rewrite_where`] does with one stored value.
 pub enum Rewrite {
     Keep,
     Fields(MutableFields),
+    /// New fields and a new body (an edit), in the same transaction.
+    Replace(MutableFields, Option<Uint8Array>),
     Delete,
-}
-
-/// The version-change step: stores created as section 3 says; a version-1 database's
-/// records rewritten in place.
-fn upgrade(
-    req: &IdbOpenDbRequest,
-    old_version: u32,
-    patterns: &Rc<dyn Patterns>,
-    migration: &MigrationSlot,
-) -> Result<(), String> {
-    let db: IdbDatabase = req
-        .result()
-        .map_err(|e| describe(&e))?
-        .dyn_into()
-        .map_err(|_| "no database".to_string())?;
-    let names = db.object_store_names();
-    if !names.contains(MUTATIONS) {
-        let params = IdbObjectStoreParameters::new();
-        params.set_key_path(&"id".into());
-        params.set_auto_increment(true);
-        let store = db
-            .create_object_store_with_optional_parameters(MUTATIONS, &params)
-            .map_err(|e| describe(&e))?;
-        store
-            .create_index_with_str("timestamp", "timestamp")
-            .map_err(|e| describe(&e))?;
-    }
-    if !names.contains(SESSION) {
-        let params = IdbObjectStoreParameters::new();
-        params.set_key_path(&"key".into());
-        db.create_object_store_with_optional_parameters(SESSION, &params)
-            .map_err(|e| describe(&e))?;
-    }
-    if old_version == 1 {
-        let tx = req
-            .transaction()
-            .ok_or_else(|| "no version-change transaction".to_string())?;
-        let store = tx.object_store(MUTATIONS).map_err(|e| describe(&e))?;
-        if !store.index_names().contains("timestamp") {
-            store
-                .create_index_with_str("timestamp", "timestamp")
-                .map_err(|e| describe(&e))?;
-        }
-        let cursor_req = store.open_cursor().map_err(|e| describe(&e))?;
-        let (r, pats) = (cursor_req.clone(), patterns.clone());
-        let step: Closure<dyn FnMut()> = Closure::new(move || {
-            let Ok(c) = r.result() else { return };
-            let Ok(cursor) = c.dyn_into::<IdbCursorWithValue>() else {
-                return;
-            };
-            if let Ok(value) = cursor.value() {
-                if let Some(v) = upgrade_v1_value(&value, &*pats) {
-                    let _ = cursor.update(&v);
-                }
-            }
-            let _ = cursor.continue_();
-        });
-        cursor_req.set_onsuccess(Some(step.as_ref().unchecked_ref()));
-        *migration.borrow_mut() = Some(step);
-    }
-    Ok(())
 }

@@ -8,10 +8,13 @@ use crate::core::identity::confirms;
 use crate::core::key::IdempotencyKey;
 use crate::core::lanes::Lane;
 use crate::core::record::RecordId;
-use crate::core::recovery::{adopt, recover, Recovery};
+use crate::core::recovery::{adopt, edit, recover, Edit, Found, Recovery, RecoveryRefused};
 use crate::core::route::record_is_auth_route;
-use crate::protocol::{parse_command, Command, Envelope, ListedRecord, Outgoing, RecoverAction};
+use crate::protocol::{
+    parse_command, Command, Envelope, Limits, ListedRecord, Outgoing, RecordContent, RecoverAction,
+};
 use crate::store::{QueueItem, Rewrite};
+use js_sys::Uint8Array;
 use serde_json::Value;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -19,8 +22,12 @@ use web_sys::ExtendableMessageEvent;
 
 pub async fn handle(inner: &Rc<Inner>, event: &ExtendableMessageEvent) {
     let reply = ReplyTo::of(event);
-    let data: Value = crate::js::from_value(event.data()).unwrap_or(Value::Null);
-    let env = match parse_command(&data, inner.config.max_records as usize) {
+    let limits = Limits {
+        max_ids: inner.config.max_records as usize,
+        max_body: inner.config.max_body_bytes,
+    };
+    let data: Value = super::message::read_message(&event.data(), limits);
+    let env = match parse_command(&data, limits) {
         Ok(env) => env,
         Err(refusal) => return reply.send(&refusal.result()),
     };
@@ -35,16 +42,23 @@ pub async fn handle(inner: &Rc<Inner>, event: &ExtendableMessageEvent) {
 async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
     match &env.command {
         Command::AuthSession { user } => {
-            *inner.session.borrow_mut() = user.clone();
+            let seq = inner.session_arrived(user.clone());
             let _turn = inner.session_writes.acquire().await;
             match inner.store.set_session_user(user.as_deref()).await {
-                Ok(()) => (Outgoing::ok(env, None), false),
-                Err(e) => (
-                    Outgoing::failed(env, format!("the session could not be stored: {e}")),
-                    false,
-                ),
+                Ok(before) => {
+                    inner.session_settled_as(seq, user.clone(), Some(before));
+                    (Outgoing::ok(env, None), false)
+                }
+                Err(e) => {
+                    inner.session_settled_as(seq, user.clone(), None);
+                    (
+                        Outgoing::failed(env, format!("the session could not be stored: {e}")),
+                        false,
+                    )
+                }
             }
         }
+        Command::AbortWrite { key } => (Outgoing::ok(env, Some(inner.abort_attempts(key))), false),
         Command::FlushQueue => {
             let out = flush::request(inner, Trigger::Page).await;
             match out.not_run {
@@ -54,12 +68,15 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
         }
         Command::ListQueue => {
             inner.session_settled().await;
+            inner.fresh().await;
+            // Another account's records are listed without their details (contract 5).
+            let viewer = inner.session_user();
             match inner.store.read_queue().await {
-                Ok(items) => {
+                Ok((items, _)) => {
                     let records = items
                         .iter()
                         .map(|i| match i {
-                            QueueItem::Record(m) => ListedRecord::of(m),
+                            QueueItem::Record(m) => ListedRecord::of(m, viewer.as_deref()),
                             QueueItem::Corrupt(id, _) => ListedRecord::corrupt(*id),
                         })
                         .collect();
@@ -81,14 +98,16 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
             let me = inner.clone();
             let cleared = inner
                 .in_chain(Box::pin(async move {
-                    let n = me.store.count().await.unwrap_or(0);
-                    me.store.clear_device().await.map(|()| n)
+                    let (n, before) = me.store.clear_device().await?;
+                    // Writes still on their first attempt are fenced by the clear count.
+                    me.committed(before, true, |v| v.cleared());
+                    Ok::<u64, crate::store::idb::IdbError>(n)
                 }))
                 .await;
             match cleared {
                 Ok(n) => {
-                    inner.lanes_cleared();
-                    *inner.session.borrow_mut() = None;
+                    // Nothing cached under the previous account survives (contract 8).
+                    super::shell::refresh(inner).await;
                     clients::broadcast(&Outgoing::Blocked {
                         blocked: Vec::new(),
                     })
@@ -103,6 +122,7 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
         }
         Command::SetNotifications { user, enabled } => {
             inner.session_settled().await;
+            inner.fresh().await;
             if inner.session_user().as_deref() != Some(user.as_str()) {
                 return (
                     Outgoing::failed(
@@ -132,11 +152,17 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                 Err(why) => (Outgoing::failed(env, why), false),
             }
         }
-        Command::RecoverRecord { id, owner, action } => {
-            let (me, owner, id, action) = (inner.clone(), owner.clone(), *id, *action);
+        Command::RecoverRecord {
+            id,
+            owner,
+            action,
+            edit,
+        } => {
+            let (me, owner, id, action, edit) =
+                (inner.clone(), owner.clone(), *id, *action, edit.clone());
             let out = inner
                 .in_chain(Box::pin(async move {
-                    recover_one(&me, id, &owner, action).await
+                    recover_one(&me, id, &owner, action, edit.as_ref()).await
                 }))
                 .await;
             match out {
@@ -144,26 +170,47 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                 Err(why) => (Outgoing::failed(env, why), false),
             }
         }
+        Command::ReadRecord { id, owner } => {
+            let (me, owner, id) = (inner.clone(), owner.clone(), *id);
+            let out = inner
+                .in_chain(Box::pin(async move { read_one(&me, id, &owner).await }))
+                .await;
+            match out {
+                Ok(record) => (
+                    Outgoing::Record {
+                        record,
+                        request_id: env.request_id.clone(),
+                    },
+                    false,
+                ),
+                Err(why) => (Outgoing::failed(env, why), false),
+            }
+        }
     }
 }
 
 /// A fresh identity check naming `owner` as the expected account.
-async fn verify(inner: &Inner, owner: &str) -> Result<(), String> {
+async fn verify(inner: &Rc<Inner>, owner: &str) -> Result<(), String> {
     let url = absolute(&inner.config.auth_me_path);
     let expected = Some((inner.config.expected_account_header.as_str(), owner));
-    match identity(&url, expected, inner.config.attempt_timeout_ms).await {
+    let checked = identity(&url, expected, inner.config.attempt_timeout_ms).await;
+    match &checked {
+        Some(_) => inner.network_answered(),
+        None => inner.network_failed(),
+    }
+    match checked {
         Some(id) if confirms(&id, owner) => Ok(()),
         Some(_) => Err(format!("{owner} is not the signed-in account")),
         None => Err("the identity check failed: offline".into()),
     }
 }
 
-async fn rebind(inner: &Inner, owner: &str, ids: Option<&[RecordId]>) -> Result<u64, String> {
+async fn rebind(inner: &Rc<Inner>, owner: &str, ids: Option<&[RecordId]>) -> Result<u64, String> {
     verify(inner, owner).await?;
     let cfg = &inner.config;
     let patterns = &*inner.patterns;
     let adopted_lanes: RefCell<Vec<Lane>> = RefCell::new(Vec::new());
-    let n = inner
+    let (n, before) = inner
         .store
         .rewrite_where(None, |item| {
             let QueueItem::Record(m) = item else {
@@ -183,33 +230,86 @@ async fn rebind(inner: &Inner, owner: &str, ids: Option<&[RecordId]>) -> Result<
         .await
         .map_err(|e| format!("the records could not be adopted: {e}"))?;
     // Owned now, they hold back later writes of their lanes.
-    for lane in adopted_lanes.into_inner() {
-        inner.lane_stored(&lane);
+    if let Some(before) = before {
+        let lanes = adopted_lanes.into_inner();
+        inner.committed(before, false, |v| {
+            for l in &lanes {
+                v.add_lane(l);
+            }
+        });
     }
     Ok(n)
 }
 
+/// `READ_RECORD`: the owner's record with its body, after a fresh identity check names
+/// that owner. Never another account's, never a corrupt one's.
+async fn read_one(inner: &Rc<Inner>, id: RecordId, owner: &str) -> Result<RecordContent, String> {
+    verify(inner, owner).await?;
+    let found = inner
+        .store
+        .record(id)
+        .await
+        .map_err(|e| format!("the record could not be read: {e}"))?;
+    match found {
+        None => Err(RecoveryRefused::Missing(id).to_string()),
+        Some((QueueItem::Corrupt(..), _)) => Err(format!(
+            "record {id} is corrupt: it has no readable content (it can be discarded)"
+        )),
+        Some((QueueItem::Record(m), _)) if m.owner.as_deref() != Some(owner) => {
+            Err(RecoveryRefused::NotOwner(id).to_string())
+        }
+        Some((QueueItem::Record(m), body)) => {
+            let bytes = body
+                .map(|b| Uint8Array::new(&b).to_vec())
+                .unwrap_or_default();
+            Ok(RecordContent::of(&m, &bytes))
+        }
+    }
+}
+
 async fn recover_one(
-    inner: &Inner,
+    inner: &Rc<Inner>,
     id: RecordId,
     owner: &str,
     action: RecoverAction,
+    change: Option<&Edit>,
 ) -> Result<(), String> {
     verify(inner, owner).await?;
+    let max_body = inner.config.max_body_bytes;
     let refusal: RefCell<Option<String>> = RefCell::new(None);
     let discarded: RefCell<Option<Lane>> = RefCell::new(None);
     let mut seen = false;
-    let changed = inner
+    let (changed, before) = inner
         .store
         .rewrite_where(Some(id), |item| {
             seen = true;
-            let meta = match item {
-                QueueItem::Record(m) => Some(m),
-                QueueItem::Corrupt(..) => None,
+            let (meta, found) = match item {
+                QueueItem::Record(m) => (Some(m), Found::Record(m)),
+                QueueItem::Corrupt(..) => (None, Found::Corrupt),
             };
+            if let (RecoverAction::Edit, Some(change)) = (action, change) {
+                return match edit(
+                    id,
+                    found,
+                    owner,
+                    change,
+                    max_body,
+                    super::now_ms(),
+                    IdempotencyKey::mint_opt,
+                ) {
+                    Ok(m) => Rewrite::Replace(
+                        m.mutable_fields(),
+                        (!change.body.is_empty()).then(|| Uint8Array::from(&change.body[..])),
+                    ),
+                    Err(e) => {
+                        *refusal.borrow_mut() = Some(e.to_string());
+                        Rewrite::Keep
+                    }
+                };
+            }
             match recover(
                 id,
-                meta,
+                found,
                 owner,
                 action,
                 super::now_ms(),
@@ -232,10 +332,15 @@ async fn recover_one(
         return Err(why);
     }
     if !seen || changed == 0 {
-        return Err(crate::core::recovery::RecoveryRefused::Missing(id).to_string());
+        return Err(RecoveryRefused::Missing(id).to_string());
     }
-    if let Some(lane) = discarded.into_inner() {
-        inner.lane_resolved(&lane);
+    if let Some(before) = before {
+        let lane = discarded.into_inner();
+        inner.committed(before, false, |v| {
+            if let Some(l) = &lane {
+                v.remove_lane(l);
+            }
+        });
     }
     Ok(())
 }

@@ -1,13 +1,14 @@
 //! Fetch interception (contract sections 1 and 2).
 
-use super::http::{fetch_request, fetch_with_timeout, header, json_response};
+use super::batcher::Stored;
+use super::http::{fetch_request, header, json_response, send};
 use super::{clients, describe, now_ms, scope, Inner};
 use crate::core::first_attempt::{
     capture_owner, check_queueable, choose_key, NotQueued, SyntheticAnswer,
 };
 use crate::core::key::IdempotencyKey;
 use crate::core::lanes::Lane;
-use crate::core::record::NewRecord;
+use crate::core::record::{Credentials, NewRecord, WriteParts};
 use crate::core::route::{classify, RequestKind};
 use crate::protocol::Outgoing;
 use crate::store::{EnqueueFailure, Pending};
@@ -16,7 +17,9 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
-use web_sys::{ExtendableEvent, Headers, Request, RequestInit, RequestMode, Response, Url};
+use web_sys::{
+    ExtendableEvent, Headers, Request, RequestCredentials, RequestInit, RequestMode, Response, Url,
+};
 
 pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
@@ -46,7 +49,7 @@ pub async fn handle(
         &*inner.patterns,
     ) {
         RequestKind::Passthrough => fetch_request(&request).await,
-        RequestKind::ApiRead => network_or_offline(&request).await,
+        RequestKind::ApiRead => network_or_offline(inner, &request).await,
         RequestKind::AuthRoute => {
             let headers = Headers::new_with_headers(&request.headers())?;
             headers.delete(IDEMPOTENCY_KEY)?;
@@ -54,21 +57,59 @@ pub async fn handle(
             let init = RequestInit::new();
             init.set_headers(&headers);
             let stripped = Request::new_with_request_and_init(&request, &init)?;
-            network_or_offline(&stripped).await
+            network_or_offline(inner, &stripped).await
         }
         RequestKind::Write {
             record_path,
             workspace,
-        } => write(inner, request, record_path, workspace, event).await,
+            never_queue,
+        } => write(inner, request, record_path, workspace, never_queue, event).await,
     }
 }
 
-/// Network only; a failed network is `503 {"error":"offline"}`.
-async fn network_or_offline(request: &Request) -> Result<Response, JsValue> {
+/// Network only; a failed network is `503 {"error":"offline"}`. Either tells the
+/// known-offline fast path what the network does.
+async fn network_or_offline(inner: &Rc<Inner>, request: &Request) -> Result<Response, JsValue> {
     match fetch_request(request).await {
-        Ok(r) => Ok(r),
-        Err(_) => json_response(&SyntheticAnswer::offline()),
+        Ok(r) => {
+            inner.network_answered();
+            Ok(r)
+        }
+        Err(_) => {
+            inner.network_failed();
+            json_response(&SyntheticAnswer::offline())
+        }
     }
+}
+
+/// The page's headers a replay carries (`replayHeaders`, never credentials, the CSRF
+/// header or hop-by-hop headers: `Config::stores_header`), in the page's order.
+fn replay_headers(headers: &Headers, cfg: &crate::core::config::Config) -> Vec<(String, String)> {
+    let Ok(Some(entries)) = js_sys::try_iter(headers) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|pair| {
+            let pair: js_sys::Array = pair.dyn_into().ok()?;
+            Some((pair.get(0).as_string()?, pair.get(1).as_string()?))
+        })
+        .filter(|(name, _)| cfg.stores_header(name))
+        .collect()
+}
+
+fn credentials_of(request: &Request) -> Credentials {
+    match request.credentials() {
+        RequestCredentials::Omit => Credentials::Omit,
+        RequestCredentials::SameOrigin => Credentials::SameOrigin,
+        _ => Credentials::Include,
+    }
+}
+
+/// What the worker answers a write the page gave up on (it is gone; the page saw its
+/// own AbortError).
+fn aborted() -> Result<Response, JsValue> {
+    Ok(Response::error())
 }
 
 /// The first attempt of a write, and its queuing when no answer comes.
@@ -77,14 +118,18 @@ async fn write(
     request: Request,
     record_path: String,
     workspace: Option<String>,
+    never_queue: bool,
     event: Option<&ExtendableEvent>,
 ) -> Result<Response, JsValue> {
     let cfg = &inner.config;
     let headers = Headers::new_with_headers(&request.headers())?;
-    let owner = capture_owner(
-        header(&headers, &cfg.expected_account_header).as_deref(),
-        inner.session_user().as_deref(),
-    );
+    // Decided on a view no staler than the database (another worker may have switched
+    // the account or queued a write of this lane: `worker::view`).
+    inner.fresh().await;
+    let clears = inner.view_clears();
+    let page_owner = header(&headers, &cfg.expected_account_header);
+    let owner_from_session = page_owner.as_deref().is_none_or(|o| o.trim().is_empty());
+    let owner = capture_owner(page_owner.as_deref(), inner.session_user().as_deref());
     let key = match choose_key(
         header(&headers, IDEMPOTENCY_KEY).as_deref(),
         IdempotencyKey::mint_opt,
@@ -96,10 +141,16 @@ async fn write(
     if let Some(o) = &owner {
         headers.set(&cfg.expected_account_header, o)?;
     }
-    let content_type = header(&headers, "Content-Type");
-    // Registered on arrival: a later write of the lane waits for this one to settle.
+    let parts = WriteParts {
+        content_type: header(&headers, "Content-Type"),
+        headers: replay_headers(&request.headers(), cfg),
+        credentials: credentials_of(&request),
+    };
+    // Registered on arrival: a later write of the lane waits for this one to settle,
+    // and the page may abort it until it is handed to the store.
     let lane = Lane::of(owner.as_deref(), workspace.as_deref());
     let turn = lane.clone().map(|l| inner.enter_lane(l));
+    let attempt = inner.begin_attempt(&key, Some(request.signal()))?;
     // The exact bytes: kept for the queue, and sent as the body of the first attempt.
     let buffer = JsFuture::from(request.array_buffer()?).await?;
     let body = Uint8Array::new(&buffer);
@@ -122,60 +173,98 @@ async fn write(
         mode
     });
     if let Some(t) = &turn {
-        t.wait().await;
+        if t.wait().await {
+            // The earlier writes took their time: look at the database again.
+            inner.fresh().await;
+        }
+    }
+    if attempt.aborted() {
+        return aborted();
     }
     // An unresolved earlier write of its lane is ahead: queue behind it, unsent
     // (`core::lanes`); the usual triggers replay them in order.
-    let behind = match &lane {
-        Some(l) => inner.held_back(l).await,
-        None => false,
-    };
-    if !behind {
-        if let Ok(answer) = fetch_with_timeout(&init, &request.url(), cfg.attempt_timeout_ms).await
+    let behind = lane.as_ref().is_some_and(|l| inner.held_back(l));
+    if behind && never_queue {
+        return json_response(&SyntheticAnswer::not_queued(&NotQueued::NeverQueuedBehind));
+    }
+    // The known-offline fast path (`worker::offline`): after the network failed, a write
+    // is queued without an attempt that can only fail, until the network answers again.
+    // A never-queued write is always attempted: it cannot be queued.
+    let skip = behind || (inner.known_offline() && !never_queue);
+    let mut first_sent_at = None;
+    if !skip {
+        first_sent_at = Some(now_ms());
+        match send(
+            &init,
+            &request.url(),
+            cfg.attempt_timeout_ms,
+            Some(attempt.controller.clone()),
+        )
+        .await
         {
-            return Ok(answer);
+            Ok((answer, _deadline)) => {
+                inner.network_answered();
+                return Ok(answer);
+            }
+            Err(_) if attempt.aborted() => return aborted(),
+            Err(_) => inner.network_failed(),
         }
     }
-
+    if never_queue {
+        return json_response(&SyntheticAnswer::not_queued(&NotQueued::NeverQueued));
+    }
     let body_len = body.as_ref().map_or(0, |b| b.length() as usize);
     if let Err(why) = check_queueable(body_len, cfg) {
         return json_response(&SyntheticAnswer::not_queued(&why));
     }
+    if attempt.aborted() {
+        return aborted();
+    }
     let record = NewRecord::new(
         &request.method(),
         record_path,
-        content_type,
+        parts,
+        body_len,
         now_ms(),
+        first_sent_at,
         owner,
         workspace,
         key.clone(),
     );
-    // The report names the record by the id its commit gives it.
-    let mut report = Outgoing::Queued {
-        id: crate::core::record::RecordId(0),
-        method: record.method.clone(),
-        path: record.path.clone(),
-        workspace: record.workspace.clone(),
-        owner_id: record.owner_id.clone(),
-    };
-    if let Some(l) = &lane {
-        inner.lane_stored(l);
-    }
-    let stored = inner.enqueue(Pending { record, body });
-    // Handed to the store in arrival order: the writes behind this one may go on.
+    let (method, path, workspace) = (
+        record.method.clone(),
+        record.path.clone(),
+        record.workspace.clone(),
+    );
+    let stored = inner.enqueue(
+        Pending {
+            record,
+            body,
+            clears,
+        },
+        owner_from_session,
+    );
+    // Handed to the store in arrival order: from here the write is queued whatever the
+    // page does, and the writes behind it may go on.
+    drop(attempt);
     drop(turn);
-    let stored = stored.await;
-    if let (Err(_), Some(l)) = (&stored, &lane) {
-        inner.lane_resolved(l);
-    }
-    match stored {
-        Ok(id) => {
-            if let Outgoing::Queued { id: slot, .. } = &mut report {
-                *slot = id;
-            }
+    match stored.await {
+        Ok(Stored { id, owner }) => {
+            let report = Outgoing::Queued {
+                id,
+                method,
+                path,
+                workspace,
+                owner_id: owner,
+            };
             // The sync is registered before the 202 (as the contract lists it); the
             // report follows the answer.
             register_sync(&cfg.sync_tag).await;
+            if let (Some(retry), Some(e)) = (inner.retry_soon(), event) {
+                // Without Background Sync the worker retries itself; this event keeps it
+                // alive for the first retry.
+                let _ = e.wait_until(&retry);
+            }
             after_answer(event, async move {
                 clients::broadcast(&report).await;
             })
@@ -187,9 +276,15 @@ async fn write(
                 max: cfg.max_records,
             }))
         }
+        Err(EnqueueFailure::Cleared) => {
+            json_response(&SyntheticAnswer::not_queued(&NotQueued::Cleared))
+        }
         Err(EnqueueFailure::Storage(e)) => {
             json_response(&SyntheticAnswer::not_queued(&NotQueued::Storage(e)))
         }
+        Err(EnqueueFailure::Stale) => json_response(&SyntheticAnswer::not_queued(
+            &NotQueued::Storage("the outbox's database kept changing".into()),
+        )),
     }
 }
 

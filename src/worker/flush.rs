@@ -1,21 +1,26 @@
 //! A flush (contract section 4): identity gate, planner-driven lanes, each answer
 //! classified and persisted before its workspace moves on, then the reports.
 
-use super::http::{fetch_with_timeout, header, identity, json_body};
+use super::http::{discard_body, header, identity, read_bounded, send};
 use super::{absolute, clients, now_ms, Inner, Trigger};
-use crate::core::answer::{classify, expire, settle, ReplayAnswer, Settlement, Verdict};
+use crate::core::answer::{
+    classify, expire, settle, AnswerBody, ReplayAnswer, Settlement, Verdict,
+};
 use crate::core::backoff::{Backoff, FlushEnd};
 use crate::core::identity::Identity;
 use crate::core::key::IdempotencyKey;
+use crate::core::notify::Sent as SentKinds;
 use crate::core::planner::{PlanItem, Replay};
-use crate::core::record::{RecordId, RecordMeta, RecordState};
+use crate::core::record::{AttentionReason, Credentials, RecordId, RecordMeta};
 use crate::core::route::{record_is_auth_route, replay_path};
 use crate::protocol::{BlockedEntry, Outgoing};
-use crate::store::{body_bytes, next, QueueItem};
+use crate::store::{next, QueueItem};
 use futures_channel::{mpsc, oneshot};
 use std::collections::HashMap;
 use std::rc::Rc;
-use web_sys::{Headers, RequestCache, RequestCredentials, RequestInit};
+use web_sys::{
+    Headers, RequestCache, RequestCredentials, RequestInit, RequestRedirect, Response, ResponseType,
+};
 
 /// What a flush achieved, for `COMMAND_RESULT` and for the sync event.
 #[derive(Debug, Clone, Default)]
@@ -88,26 +93,45 @@ fn not_run(why: impl Into<String>, retry_later: bool) -> FlushOutcome {
     }
 }
 
+/// The identity a flush replays under: the account, its CSRF token, and how many times
+/// it was checked in this flush (a stale-identity answer checks it again once).
+struct Who {
+    user: String,
+    csrf: Option<String>,
+    generation: u32,
+}
+
 /// One flush. Runs inside the chain.
 async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let cfg = &inner.config;
     let store = &inner.store;
     let started = now_ms();
     let deadline = started + cfg.flush_budget_ms as u64;
-    let backoff = store.backoff().await.unwrap_or_default();
+    let max_hold = cfg.max_retry_after_ms as u64;
+    let backoff = store
+        .backoff()
+        .await
+        .unwrap_or_default()
+        .clamped(started, max_hold);
     if !backoff.may_flush(trigger, started) {
+        inner.retry_at(backoff);
         return not_run(
             "waiting: the server asked to retry later, or the last attempts failed",
             true,
         );
     }
     let me_url = absolute(&cfg.auth_me_path);
-    let (user, csrf) = match identity(&me_url, None, cfg.attempt_timeout_ms).await {
+    let checked = identity(&me_url, None, cfg.attempt_timeout_ms).await;
+    match &checked {
+        Some(_) => inner.network_answered(),
+        None => inner.network_failed(),
+    }
+    let (user, csrf) = match checked {
         None => {
             save_backoff(
                 inner,
                 backoff,
-                backoff.after(FlushEnd::Transient, now_ms(), jitter()),
+                backoff.after(FlushEnd::Transient, now_ms(), jitter(), max_hold),
             )
             .await;
             return not_run("the identity check failed: offline", true);
@@ -118,12 +142,13 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         Some(Identity::SignedOut) => (None, None),
         Some(Identity::SignedIn { user, csrf }) => (Some(user), csrf),
     };
-    let items = match store.read_queue().await {
+    let items = match read_all(inner).await {
         Ok(items) => items,
         Err(e) => return not_run(format!("the queue could not be read: {e}"), true),
     };
     let mut metas: HashMap<RecordId, RecordMeta> = HashMap::new();
     let mut expired_now = 0;
+    let mut first_expired: Option<RecordId> = None;
     let mut plan = Vec::with_capacity(items.len());
     // Consumed, not cloned: the flush holds one copy of each record's metadata.
     for item in items {
@@ -137,6 +162,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                     {
                         m = expired;
                         expired_now += 1;
+                        first_expired = first_expired.or(Some(m.id));
                     }
                 }
                 let auth = record_is_auth_route(&m.path, cfg, &*inner.patterns);
@@ -149,7 +175,16 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let total = plan.len();
     let mut replay = Replay::new(plan, user.clone());
     let mut end = FlushEnd::Clean;
-    if user.is_some() {
+    // For the notification: what was sent, by kind, and the first record that now needs
+    // a person (expired first).
+    let mut sent_kinds = SentKinds::default();
+    let mut first_attention = first_expired;
+    if let Some(u) = &user {
+        let mut who = Who {
+            user: u.clone(),
+            csrf,
+            generation: 0,
+        };
         let lanes = cfg.replay_concurrency as usize;
         let (tx, mut rx) = mpsc::unbounded::<Sent>();
         loop {
@@ -157,9 +192,12 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                 replay.stop();
             }
             for id in replay.next_sends(lanes) {
-                let (inner, tx, csrf) = (inner.clone(), tx.clone(), csrf.clone());
+                let first_send = metas.get(&id).is_some_and(|m| m.first_sent_at.is_none());
+                let (inner, tx, csrf) = (inner.clone(), tx.clone(), who.csrf.clone());
+                let generation = who.generation;
                 wasm_bindgen_futures::spawn_local(async move {
-                    let _ = tx.unbounded_send(send_one(&inner, id, csrf.as_deref()).await);
+                    let sent = send_one(&inner, id, csrf.as_deref(), first_send, generation).await;
+                    let _ = tx.unbounded_send(sent);
                 });
             }
             if replay.in_flight() == 0 {
@@ -168,8 +206,23 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             let Some(sent) = next(&mut rx).await else {
                 break;
             };
+            if let Verdict::StaleIdentity { .. } = sent.verdict {
+                if stale_identity(inner, &mut who, &sent).await {
+                    // Sent again with the fresh token, in its place.
+                    replay.retry(sent.id);
+                    continue;
+                }
+            }
             end = worse(end, &sent.verdict);
-            replay.on_outcome(sent.id, &sent.verdict, sent.moved_to_attention);
+            if sent.verdict == Verdict::Replayed {
+                if let Some(m) = metas.get(&sent.id) {
+                    sent_kinds.count(&m.method);
+                }
+            }
+            if sent.attention.is_some() {
+                first_attention = Some(first_attention.map_or(sent.id, |f| f.min(sent.id)));
+            }
+            replay.on_outcome(sent.id, &sent.verdict, sent.attention);
             if !sent.persisted {
                 // Its new state is not stored: stop between records rather than let the
                 // workspace move on past an unrecorded outcome.
@@ -177,22 +230,17 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             }
         }
     }
-    save_backoff(inner, backoff, backoff.after(end, now_ms(), jitter())).await;
+    save_backoff(
+        inner,
+        backoff,
+        backoff.after(end, now_ms(), jitter(), max_hold),
+    )
+    .await;
 
     let blocked = replay
         .blocked()
         .into_iter()
-        .map(|(id, reason)| {
-            let m = metas.get(&id);
-            BlockedEntry {
-                id,
-                method: m.map(|m| m.method.clone()),
-                path: m.map(|m| m.path.clone()),
-                owner_id: m.and_then(|m| m.owner.clone()),
-                workspace: m.and_then(|m| m.workspace.clone()),
-                reason,
-            }
-        })
+        .map(|(id, reason)| BlockedEntry::of(id, metas.get(&id), reason, user.as_deref()))
         .collect();
     clients::broadcast(&Outgoing::Blocked { blocked }).await;
     let replayed = replay.replayed();
@@ -204,11 +252,56 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     ))
     .await;
     let attention = replay.moved_to_attention() + expired_now;
-    super::notify::after_flush(inner, trigger, user.as_deref(), replayed, attention).await;
+    super::notify::after_flush(
+        inner,
+        trigger,
+        user.as_deref(),
+        &sent_kinds,
+        attention,
+        first_attention,
+    )
+    .await;
     FlushOutcome {
         replayed,
         not_run: None,
         retry_later: end != FlushEnd::Clean || replay.is_stopped(),
+    }
+}
+
+/// Every stored value, with values under foreign keys given ids first so that they are
+/// reported (`corrupt-record`) instead of counted but invisible.
+async fn read_all(inner: &Inner) -> Result<Vec<QueueItem>, crate::store::idb::IdbError> {
+    let (items, foreign) = inner.store.read_queue().await?;
+    if foreign == 0 {
+        return Ok(items);
+    }
+    inner.store.rekey_foreign().await?;
+    // The generation moved: the view reloads at its next use.
+    inner.reload().await;
+    Ok(inner.store.read_queue().await?.0)
+}
+
+/// A stale-identity answer (a CSRF 403, or 409 `account_mismatch`): whether the record
+/// is to be sent again. The identity is checked again once per flush (a fresh
+/// `/auth/me`, a fresh token); an answer to a request sent before that check is sent
+/// again with the new token; one sent after it stops the flush, the record unchanged.
+async fn stale_identity(inner: &Inner, who: &mut Who, sent: &Sent) -> bool {
+    if sent.generation < who.generation {
+        return true;
+    }
+    if who.generation > 0 {
+        return false;
+    }
+    who.generation += 1;
+    let cfg = &inner.config;
+    match identity(&absolute(&cfg.auth_me_path), None, cfg.attempt_timeout_ms).await {
+        Some(Identity::SignedIn { user, csrf }) if user == who.user => {
+            who.csrf = csrf;
+            true
+        }
+        // Signed out, another account, or unreachable: this flush's plan no longer
+        // holds; the record waits, unchanged, for the next flush.
+        _ => false,
     }
 }
 
@@ -217,17 +310,20 @@ fn worse(so_far: FlushEnd, v: &Verdict) -> FlushEnd {
     match (so_far, v) {
         (FlushEnd::RetryAfter(_), _) => so_far,
         (_, Verdict::RetryLater { after_ms }) => FlushEnd::RetryAfter(*after_ms),
-        (_, Verdict::NetworkFailure | Verdict::ServerFailure { .. }) => FlushEnd::Transient,
+        (_, Verdict::NetworkFailure | Verdict::ServerFailure { .. } | Verdict::InProgress) => {
+            FlushEnd::Transient
+        }
         _ => so_far,
     }
 }
 
 /// Persists the backoff state when a flush changed it (a strict write per flush
-/// otherwise, for nothing).
-async fn save_backoff(inner: &Inner, old: Backoff, new: Backoff) {
+/// otherwise, for nothing), and keeps a live worker retrying on it.
+async fn save_backoff(inner: &Rc<Inner>, old: Backoff, new: Backoff) {
     if new != old {
         let _ = inner.store.set_backoff(&new).await;
     }
+    inner.retry_at(new);
 }
 
 fn jitter() -> f64 {
@@ -238,25 +334,75 @@ fn jitter() -> f64 {
 struct Sent {
     id: RecordId,
     verdict: Verdict,
-    moved_to_attention: bool,
+    /// The reason it now needs a person, when its answer moved it there.
+    attention: Option<AttentionReason>,
     /// Whether the record's new state reached IndexedDB.
     persisted: bool,
+    /// The identity check it was sent under.
+    generation: u32,
+}
+
+fn credentials_mode(c: Credentials) -> RequestCredentials {
+    match c {
+        Credentials::Include => RequestCredentials::Include,
+        Credentials::SameOrigin => RequestCredentials::SameOrigin,
+        Credentials::Omit => RequestCredentials::Omit,
+    }
+}
+
+/// The answer as `core::answer::classify` reads it, its body read within bounds.
+async fn read_answer(response: Response) -> Verdict {
+    let headers = response.headers();
+    let retry_after = header(&headers, "Retry-After");
+    let replayed = header(&headers, "Idempotent-Replayed")
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+    let status = response.status();
+    let opaque_redirect = response.type_() == ResponseType::Opaqueredirect;
+    let body = if (200..300).contains(&status) || opaque_redirect {
+        discard_body(&response);
+        None
+    } else {
+        Some(read_bounded(&response).await)
+    };
+    let json = body.as_ref().and_then(|b| b.json());
+    let answer_body = match (&json, &body) {
+        (Some(v), _) => AnswerBody::Json(v),
+        (None, Some(b)) if !b.text.is_empty() => AnswerBody::Text(&b.text),
+        _ => AnswerBody::None,
+    };
+    classify(
+        Some(ReplayAnswer {
+            status,
+            opaque_redirect,
+            retry_after: retry_after.as_deref(),
+            replayed,
+            body: answer_body,
+        }),
+        now_ms(),
+    )
 }
 
 /// Sends one record and persists what its answer means.
-async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> Sent {
-    let done = |verdict, moved_to_attention, persisted| Sent {
+async fn send_one(
+    inner: &Rc<Inner>,
+    id: RecordId,
+    csrf: Option<&str>,
+    first_send: bool,
+    generation: u32,
+) -> Sent {
+    let done = |verdict, attention, persisted| Sent {
         id,
         verdict,
-        moved_to_attention,
+        attention,
         persisted,
+        generation,
     };
     let cfg = &inner.config;
-    let (meta, value) = match inner.store.begin_send(id).await {
+    let (meta, body) = match inner.store.begin_send(id, now_ms(), first_send).await {
         Ok(Some(found)) => found,
         // Gone (cleared) or unreadable since it was planned: nothing to send.
-        Ok(None) => return done(Verdict::Replayed, false, true),
-        Err(_) => return done(Verdict::NetworkFailure, false, false),
+        Ok(None) => return done(Verdict::Replayed, None, true),
+        Err(_) => return done(Verdict::NetworkFailure, None, false),
     };
     let key = match &meta.key {
         Some(k) => k.clone(),
@@ -270,16 +416,23 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> Sent {
                     .await
                     .is_err()
                 {
-                    return done(Verdict::NetworkFailure, false, false);
+                    return done(Verdict::NetworkFailure, None, false);
                 }
                 k
             }
-            None => return done(Verdict::NetworkFailure, false, false),
+            None => return done(Verdict::NetworkFailure, None, false),
         },
     };
     let Ok(headers) = Headers::new() else {
-        return done(Verdict::NetworkFailure, false, false);
+        return done(Verdict::NetworkFailure, None, false);
     };
+    // The page's own headers first (only those `replayHeaders` allows were stored, and
+    // they are checked again here), then the ones the outbox owns.
+    for (name, value) in &meta.headers {
+        if cfg.stores_header(name) {
+            let _ = headers.append(name, value);
+        }
+    }
     let _ = headers.set(super::fetch::IDEMPOTENCY_KEY, key.as_str());
     if let Some(owner) = &meta.owner {
         let _ = headers.set(&cfg.expected_account_header, owner);
@@ -293,50 +446,49 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, csrf: Option<&str>) -> Sent {
     let init = RequestInit::new();
     init.set_method(&meta.method);
     init.set_headers(&headers);
-    init.set_credentials(RequestCredentials::Include);
+    init.set_credentials(credentials_mode(meta.credentials));
     init.set_cache(RequestCache::NoStore);
-    if let Some(body) = body_bytes(&value) {
-        init.set_body(&body);
+    // A redirect is never followed: a 303 would turn the write into a GET that answers
+    // 200, and a 307 to another origin would resend the body there (contract 4.4).
+    init.set_redirect(RequestRedirect::Manual);
+    if let Some(body) = &body {
+        init.set_body(body);
     }
-    drop(value);
+    drop(body);
     let url = absolute(&replay_path(&meta.path, cfg));
-    let verdict = match fetch_with_timeout(&init, &url, cfg.attempt_timeout_ms).await {
-        Err(_) => classify(None, now_ms()),
-        Ok(response) => {
-            let retry_after = header(&response.headers(), "Retry-After");
-            let status = response.status();
-            let body = if (200..300).contains(&status) {
-                None
-            } else {
-                json_body(&response).await
-            };
-            classify(
-                Some(ReplayAnswer {
-                    status,
-                    retry_after: retry_after.as_deref(),
-                    body: body.as_ref(),
-                }),
-                now_ms(),
-            )
+    let verdict = match send(&init, &url, cfg.attempt_timeout_ms, None).await {
+        Err(_) => {
+            inner.network_failed();
+            classify(None, now_ms())
+        }
+        Ok((response, deadline)) => {
+            inner.network_answered();
+            let v = read_answer(response).await;
+            drop(deadline);
+            v
         }
     };
-    let (moved, persisted) = match settle(&meta, &verdict, cfg) {
-        Settlement::Delete => {
-            let deleted = inner.store.delete(id).await.is_ok();
-            if let Some(lane) = inner.record_lane(&meta).filter(|_| deleted) {
-                inner.lane_resolved(&lane);
+    let settlement = settle(&meta, &verdict, cfg);
+    let attention = settlement.moved_to_attention();
+    let persisted = match settlement {
+        Settlement::Delete => match inner.store.delete(id).await {
+            Ok(before) => {
+                let lane = inner.record_lane(&meta);
+                inner.committed(before, false, |v| {
+                    if let Some(l) = &lane {
+                        v.remove_lane(l);
+                    }
+                });
+                true
             }
-            (false, deleted)
-        }
-        Settlement::Unchanged => (false, true),
-        Settlement::Update(m) => (
-            matches!(m.state, RecordState::NeedsAttention(_)),
-            inner
-                .store
-                .write_fields(id, &m.mutable_fields())
-                .await
-                .is_ok(),
-        ),
+            Err(_) => false,
+        },
+        Settlement::Unchanged => true,
+        Settlement::Update(m) => inner
+            .store
+            .write_fields(id, &m.mutable_fields())
+            .await
+            .is_ok(),
     };
-    done(verdict, moved, persisted)
+    done(verdict, attention, persisted)
 }

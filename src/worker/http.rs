@@ -1,5 +1,5 @@
-//! Requests and answers: the first attempt's timeout, replay requests built from
-//! records, identity checks, and the worker's own JSON answers.
+//! Requests and answers: sends bounded in time, answer bodies bounded in time and size,
+//! identity checks, and the worker's own JSON answers.
 
 use crate::core::first_attempt::SyntheticAnswer;
 use crate::core::identity::{read_identity, Identity};
@@ -8,26 +8,43 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{
-    AbortController, Headers, Request, RequestCache, RequestCredentials, RequestInit, Response,
-    ResponseInit,
+    AbortController, Headers, ReadableStreamDefaultReader, Request, RequestCache,
+    RequestCredentials, RequestInit, Response, ResponseInit,
 };
 
 use super::scope;
 
-/// Sends a request, aborting it after `timeout_ms`. `Err` is a network failure or the
-/// timeout: in both cases no answer was seen.
-pub async fn fetch_with_timeout(
+/// Enough of an answer body to classify any answer (contract 4.7): idempotency codes,
+/// problem details and error pages are small; the rest is not read.
+pub const MAX_ANSWER_BODY: usize = 64 * 1024;
+
+/// A request in flight or an answer being read: when its timer fires at
+/// `attemptTimeoutMs` it aborts the request's controller, which ends both (the body's
+/// stream errors). Dropping it stops the timer.
+pub struct Deadline {
+    _timer: gloo_timers::callback::Timeout,
+}
+
+/// Sends a request that is aborted after `timeout_ms` (or by `controller`, which the
+/// caller may abort too). `Err` is a network failure, the timeout or the abort: no
+/// answer was seen. The [`Deadline`] keeps bounding the reading of the answer's body.
+pub async fn send(
     init: &RequestInit,
     url: &str,
     timeout_ms: u32,
-) -> Result<Response, JsValue> {
-    let controller = AbortController::new()?;
+    controller: Option<AbortController>,
+) -> Result<(Response, Deadline), JsValue> {
+    let controller = match controller {
+        Some(c) => c,
+        None => AbortController::new()?,
+    };
     init.set_signal(Some(&controller.signal()));
     let request = Request::new_with_str_and_init(url, init)?;
-    let timer = gloo_timers::callback::Timeout::new(timeout_ms, move || controller.abort());
-    let answer = JsFuture::from(scope().fetch_with_request(&request)).await;
-    drop(timer);
-    answer.map(JsCast::unchecked_into)
+    let on_timeout = controller.clone();
+    let timer = gloo_timers::callback::Timeout::new(timeout_ms, move || on_timeout.abort());
+    let deadline = Deadline { _timer: timer };
+    let answer = JsFuture::from(scope().fetch_with_request(&request)).await?;
+    Ok((answer.unchecked_into(), deadline))
 }
 
 /// Plain network fetch of a page's request (reads, and requests that are not ours).
@@ -37,12 +54,78 @@ pub async fn fetch_request(request: &Request) -> Result<Response, JsValue> {
         .map(JsCast::unchecked_into)
 }
 
-/// The body of an answer as JSON, when it is JSON (error bodies carry the idempotency
-/// codes). Reading consumes the answer; callers use it only for their own requests.
-/// The browser parses it: the module carries no JSON parser of its own.
-pub async fn json_body(response: &Response) -> Option<Value> {
-    let parsed = JsFuture::from(response.json().ok()?).await.ok()?;
-    crate::js::from_value(parsed).ok()
+/// An answer body, read up to [`MAX_ANSWER_BODY`] bytes while its deadline lasts.
+pub struct BoundedBody {
+    pub text: String,
+    /// The whole body arrived (not cut at the size bound, not stalled past the
+    /// deadline, not failed).
+    pub complete: bool,
+}
+
+impl BoundedBody {
+    /// The body as JSON, when it arrived whole and is JSON. The browser parses it: the
+    /// module carries no JSON parser of its own.
+    pub fn json(&self) -> Option<Value> {
+        if !self.complete || self.text.is_empty() {
+            return None;
+        }
+        let parsed = js_sys::JSON::parse(&self.text).ok()?;
+        crate::js::from_value(parsed).ok()
+    }
+}
+
+/// Reads an answer's body, at most [`MAX_ANSWER_BODY`] bytes; a server that sends its
+/// headers and then stalls is cut off by the request's deadline (its abort errors the
+/// stream), so a read never holds the queue for longer than `attemptTimeoutMs`.
+pub async fn read_bounded(response: &Response) -> BoundedBody {
+    let mut bytes: Vec<u8> = Vec::new();
+    let Some(stream) = response.body() else {
+        return BoundedBody {
+            text: String::new(),
+            complete: true,
+        };
+    };
+    let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
+    let complete = loop {
+        let Ok(step) = JsFuture::from(reader.read()).await else {
+            break false;
+        };
+        let done = js_sys::Reflect::get(&step, &"done".into())
+            .map(|d| d.is_truthy())
+            .unwrap_or(true);
+        if done {
+            break true;
+        }
+        let Ok(chunk) = js_sys::Reflect::get(&step, &"value".into()) else {
+            break false;
+        };
+        let Some(chunk) = chunk.dyn_ref::<js_sys::Uint8Array>() else {
+            break false;
+        };
+        let room = MAX_ANSWER_BODY - bytes.len();
+        let len = chunk.length() as usize;
+        if len > room {
+            bytes.extend_from_slice(&chunk.subarray(0, room as u32).to_vec());
+            break false;
+        }
+        bytes.extend_from_slice(&chunk.to_vec());
+    };
+    if !complete {
+        let _ = reader.cancel();
+    }
+    reader.release_lock();
+    BoundedBody {
+        text: String::from_utf8_lossy(&bytes).into_owned(),
+        complete,
+    }
+}
+
+/// Stops reading an answer the outbox does not need (a 2xx replay): its connection is
+/// let go at once.
+pub fn discard_body(response: &Response) {
+    if let Some(stream) = response.body() {
+        let _ = stream.cancel();
+    }
 }
 
 pub fn header(headers: &Headers, name: &str) -> Option<String> {
@@ -50,7 +133,8 @@ pub fn header(headers: &Headers, name: &str) -> Option<String> {
 }
 
 /// `GET authMePath` with credentials and no cache; with `expected` set, the
-/// expected-account header too. `None` on a network failure.
+/// expected-account header too. `None` on a network failure, a timeout, or a body that
+/// did not arrive whole within the timeout: no identity is read from half an answer.
 pub async fn identity(
     url: &str,
     expected: Option<(&str, &str)>,
@@ -65,11 +149,15 @@ pub async fn identity(
         headers.set(name, owner).ok()?;
         init.set_headers(&headers);
     }
-    let response = fetch_with_timeout(&init, url, timeout_ms).await.ok()?;
+    let (response, deadline) = send(&init, url, timeout_ms, None).await.ok()?;
     let csrf = header(&response.headers(), "X-CSRF-Token");
     let status = response.status();
-    let body = json_body(&response).await;
-    Some(read_identity(status, body.as_ref(), csrf.as_deref()))
+    let body = read_bounded(&response).await;
+    drop(deadline);
+    if !body.complete {
+        return None;
+    }
+    Some(read_identity(status, body.json().as_ref(), csrf.as_deref()))
 }
 
 /// A JSON answer made up by the worker, written by the browser's `JSON.stringify` (the

@@ -4,6 +4,8 @@
 //! [`Outbox`] exported here once the module is ready; this module holds no policy of
 //! its own: each decision is a call into `core`.
 
+mod attempts;
+mod batcher;
 mod chain;
 mod clients;
 mod commands;
@@ -11,16 +13,20 @@ mod fetch;
 mod flush;
 mod http;
 mod lanes;
+mod message;
 mod notify;
+mod offline;
 mod patterns;
+mod retry;
 pub mod shell;
+mod view;
 
 use crate::core::config::Config;
 use crate::core::route::{classify, RequestKind};
-use crate::store::{EnqueueFailure, Pending, Store};
+use crate::store::Store;
 use chain::FifoLock;
 use futures_channel::oneshot;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -46,18 +52,6 @@ pub(crate) fn now_ms() -> u64 {
     js_sys::Date::now() as u64
 }
 
-/// Where a batched write learns its id once its transaction committed.
-type Waiter = oneshot::Sender<Result<crate::core::record::RecordId, EnqueueFailure>>;
-
-/// Group commit: writes that arrive while a transaction is being committed are stored
-/// together in the next one. Each waiter still learns its own id only after its own
-/// transaction committed.
-#[derive(Default)]
-struct Batcher {
-    pending: RefCell<Vec<(Pending, Waiter)>>,
-    running: Cell<bool>,
-}
-
 /// The state of a flush in progress and of one asked for meanwhile (coalesced).
 #[derive(Default)]
 struct FlushState {
@@ -70,15 +64,23 @@ pub(crate) struct Inner {
     config: Config,
     patterns: Rc<patterns::JsPatterns>,
     store: Rc<Store>,
-    /// The account of the last `AUTH_SESSION`, kept in memory as soon as it arrives so
-    /// the next write is bound to it; persisted behind `session_writes`.
-    session: RefCell<Option<String>>,
+    /// The session and the lanes as this worker knows them, never staler than the
+    /// database when used (`view`).
+    view: view::View,
+    /// `AUTH_SESSION` writes, in arrival order; queue operations wait for them.
     session_writes: FifoLock,
     chain: FifoLock,
-    batcher: Rc<Batcher>,
+    batcher: batcher::Batcher,
     flush: RefCell<FlushState>,
     /// First attempts in lane order (`lanes`).
     lanes: lanes::Lanes,
+    /// First attempts a page may still abort (`attempts`).
+    attempts: attempts::Attempts,
+    /// The live worker's own retries where there is no Background Sync (`retry`).
+    retry: retry::RetryTimer,
+    /// The known-offline fast path (`offline`).
+    offline: offline::Offline,
+    background_sync: bool,
 }
 
 /// The outbox running in this worker.
@@ -88,7 +90,7 @@ pub struct Outbox {
 }
 
 /// Starts the outbox: validates the configuration, compiles its patterns, opens (and
-/// upgrades) the database and reads the persisted session.
+/// upgrades) the database and reads the persisted session and the queue's lanes.
 #[wasm_bindgen]
 pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
     let config: Config = if config.is_undefined() || config.is_null() {
@@ -104,20 +106,22 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
     let store = Store::open(&config.db_name, patterns.clone())
         .await
         .map_err(|e| JsValue::from_str(&format!("sw-outbox: cannot open IndexedDB: {e}")))?;
-    let session = store.session_user().await.unwrap_or(None);
     let inner = Rc::new(Inner {
         config,
         patterns,
         store: Rc::new(store),
-        session: RefCell::new(session),
+        view: view::View::default(),
         session_writes: FifoLock::default(),
         chain: FifoLock::default(),
-        batcher: Rc::new(Batcher::default()),
+        batcher: batcher::Batcher::default(),
         flush: RefCell::new(FlushState::default()),
         lanes: lanes::Lanes::default(),
+        attempts: attempts::Attempts::default(),
+        retry: retry::RetryTimer::default(),
+        offline: offline::Offline::default(),
+        background_sync: retry::has_background_sync(),
     });
-    let counting = inner.clone();
-    wasm_bindgen_futures::spawn_local(async move { counting.count_lanes().await });
+    inner.reload().await;
     Ok(Outbox { inner })
 }
 
@@ -188,6 +192,7 @@ impl Outbox {
     pub fn handle_online(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
+            inner.network_answered();
             flush::request(&inner, Trigger::Online).await;
             Ok(JsValue::UNDEFINED)
         })
@@ -204,13 +209,32 @@ impl Outbox {
         })
     }
 
-    /// A click on a delivery notification: focus the app, or open it.
-    pub fn handle_notification_click(&self) -> js_sys::Promise {
+    /// The worker became the active one (`activate`): another version may have changed
+    /// the session or the queue while this one waited, so its view is checked now.
+    pub fn handle_activate(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
-            notify::on_click(&inner).await?;
+            inner.fresh().await;
             Ok(JsValue::UNDEFINED)
         })
+    }
+
+    /// A click on a delivery notification (`data`: the notification's data): focus the
+    /// app at the record, or open it there.
+    pub fn handle_notification_click(&self, data: JsValue) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            notify::on_click(&inner, &data).await?;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// For the service-worker tests, whose server always answers: behave as after a
+    /// network failure (the known-offline fast path), so a write is queued without an
+    /// attempt, whatever the machine's timing.
+    #[doc(hidden)]
+    pub fn assume_network_failed_for_tests(&self) {
+        self.inner.network_failed();
     }
 
     /// The configuration in force, for `sw.js` (precache list, build) and for tests.
@@ -241,63 +265,28 @@ impl<'a> ConfigView<'a> {
 }
 
 impl Inner {
-    pub(crate) fn session_user(&self) -> Option<String> {
-        self.session.borrow().clone()
-    }
-
     /// Waits until every session write that arrived before now is persisted.
     pub(crate) async fn session_settled(&self) {
         drop(self.session_writes.acquire().await);
     }
 
     /// Runs a queue operation in this worker's chain, after pending session writes,
-    /// under the cross-worker Web Lock.
+    /// under the cross-worker Web Lock, on a view as fresh as the database.
     pub(crate) async fn in_chain<T: 'static>(
-        &self,
+        self: &Rc<Self>,
         op: std::pin::Pin<Box<dyn std::future::Future<Output = T>>>,
     ) -> T {
         let _turn = self.chain.acquire().await;
         self.session_settled().await;
         let lock_name = format!("sw-outbox:{}", self.config.db_name);
-        chain::under_web_lock(&lock_name, op).await
-    }
-
-    /// Stores one write through the group-commit batcher. The write is handed to the
-    /// batcher when this is called (so the order of calls is the order of ids); the
-    /// future resolves once its transaction committed.
-    pub(crate) fn enqueue(
-        self: &Rc<Self>,
-        pending: Pending,
-    ) -> impl std::future::Future<Output = Result<crate::core::record::RecordId, EnqueueFailure>>
-    {
-        let (tx, rx) = oneshot::channel();
-        self.batcher.pending.borrow_mut().push((pending, tx));
-        if !self.batcher.running.get() {
-            self.batcher.running.set(true);
-            let (batcher, store, max) = (
-                self.batcher.clone(),
-                self.store.clone(),
-                self.config.max_records,
-            );
-            wasm_bindgen_futures::spawn_local(async move {
-                loop {
-                    let batch = std::mem::take(&mut *batcher.pending.borrow_mut());
-                    if batch.is_empty() {
-                        batcher.running.set(false);
-                        break;
-                    }
-                    let (items, waiters): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
-                    let results = store.enqueue(items, max).await;
-                    for (w, r) in waiters.into_iter().zip(results) {
-                        let _ = w.send(r);
-                    }
-                }
-            });
-        }
-        async move {
-            rx.await.unwrap_or(Err(EnqueueFailure::Storage(
-                "the write was dropped before it was stored".into(),
-            )))
-        }
+        let me = self.clone();
+        chain::under_web_lock(
+            &lock_name,
+            Box::pin(async move {
+                me.fresh().await;
+                op.await
+            }),
+        )
+        .await
     }
 }

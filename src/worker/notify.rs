@@ -3,7 +3,9 @@
 
 use super::clients::windows;
 use super::{absolute, scope, Inner, Trigger};
-use crate::core::notify::{should_notify, summary};
+use crate::core::notify::{click_url, should_notify, summary, Sent};
+use crate::core::record::RecordId;
+use crate::protocol::Outgoing;
 use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -26,11 +28,12 @@ pub async fn after_flush(
     inner: &Inner,
     trigger: Trigger,
     user: Option<&str>,
-    replayed: usize,
+    sent: &Sent,
     attention: usize,
+    first_attention: Option<RecordId>,
 ) {
     let Some(user) = user else { return };
-    let Some(text) = summary(replayed, attention) else {
+    let Some(text) = summary(sent, attention) else {
         return;
     };
     if !trigger.is_automatic() {
@@ -55,6 +58,17 @@ pub async fn after_flush(
     let options = Object::new();
     let _ = Reflect::set(&options, &"tag".into(), &TAG.into());
     let _ = Reflect::set(&options, &"body".into(), &text.clone().into());
+    // Where a click leads: the app, at the first record that needs attention.
+    let data = Object::new();
+    let url = absolute(&click_url(
+        &inner.config.notification_url,
+        first_attention.map(|id| id.0),
+    ));
+    let _ = Reflect::set(&data, &"url".into(), &url.into());
+    if let Some(id) = first_attention {
+        let _ = Reflect::set(&data, &"record".into(), &JsValue::from_f64(id.0 as f64));
+    }
+    let _ = Reflect::set(&options, &"data".into(), &data);
     let title = "Queued changes";
     if let Ok(p) = show.call2(&registration, &title.into(), &options) {
         if let Ok(p) = p.dyn_into::<js_sys::Promise>() {
@@ -67,13 +81,26 @@ pub async fn after_flush(
     }
 }
 
-/// A click on the notification: focus a window of the app, or open one at
-/// `notificationUrl`.
-pub async fn on_click(inner: &Inner) -> Result<(), JsValue> {
-    let url = absolute(&inner.config.notification_url);
+/// A click on the notification (`data`: what `after_flush` attached): focus a window of
+/// the app and ask it to show the record, or open the app at the record
+/// (`notificationUrl?outboxRecord=<id>`, or `notificationUrl`).
+pub async fn on_click(inner: &Inner, data: &JsValue) -> Result<(), JsValue> {
+    let record = Reflect::get(data, &"record".into())
+        .ok()
+        .and_then(|r| r.as_f64())
+        .filter(|r| *r >= 1.0 && r.fract() == 0.0)
+        .map(|r| RecordId(r as u64));
+    let url = Reflect::get(data, &"url".into())
+        .ok()
+        .and_then(|u| u.as_string())
+        .filter(|u| u.starts_with(&scope().location().origin()))
+        .unwrap_or_else(|| absolute(&inner.config.notification_url));
     for client in windows().await {
         if let Ok(window) = client.dyn_into::<WindowClient>() {
             JsFuture::from(window.focus()?).await?;
+            if let Some(id) = record {
+                let _ = window.post_message(&super::clients::to_js(&Outgoing::ShowRecord { id }));
+            }
             return Ok(());
         }
     }

@@ -9,6 +9,7 @@ use wasm_bindgen::{JsCast, JsValue};
 pub struct JsPatterns {
     auth: RegExp,
     workspace: RegExp,
+    never_queue: Option<RegExp>,
 }
 
 fn compile(field: &str, pattern: &str, flags: &str) -> Result<RegExp, String> {
@@ -31,6 +32,10 @@ impl JsPatterns {
         Ok(JsPatterns {
             auth: compile("authRoutePattern", &config.auth_route_pattern, "i")?,
             workspace: compile("workspacePattern", &config.workspace_pattern, "")?,
+            never_queue: match &config.never_queue_pattern {
+                Some(p) => Some(compile("neverQueuePattern", p, "")?),
+                None => None,
+            },
         })
     }
 }
@@ -45,5 +50,11 @@ impl Patterns for JsPatterns {
             .exec(record_path)
             .and_then(|m| m.get(1).as_string())
             .filter(|w| !w.is_empty())
+    }
+
+    fn never_queue(&self, path_and_query: &str) -> bool {
+        self.never_queue
+            .as_ref()
+            .is_some_and(|r| r.test(path_and_query))
     }
 }

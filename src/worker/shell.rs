@@ -95,3 +95,42 @@ pub async fn cached(cache_name: &str, url: &str) -> Option<Response> {
     init.set_headers(&response.headers());
     Response::new_with_opt_buffer_source_and_init(Some(body.unchecked_ref()), &init).ok()
 }
+
+/// After `CLEAR_DEVICE`: every `precache` entry of this build's cache is fetched again,
+/// so that no page cached while the previous account was signed in survives the clear
+/// (contract 8, r2). An entry that cannot be fetched now (offline) is deleted instead;
+/// `www/sw.js` adds missing entries back at the worker's next start.
+pub(crate) async fn refresh(inner: &Inner) {
+    let name = shell::cache_name(&inner.config.build);
+    let Ok(caches) = scope().caches() else { return };
+    if JsFuture::from(caches.has(&name)).await.ok() != Some(JsValue::TRUE) {
+        return;
+    }
+    let Ok(cache) = JsFuture::from(caches.open(&name)).await else {
+        return;
+    };
+    let cache: Cache = cache.unchecked_into();
+    for url in &inner.config.precache {
+        // `no-store`, not `reload`: Firefox's offline mode answers a `reload` from its
+        // HTTP cache (seen), which would keep the previous account's copy.
+        let init = web_sys::RequestInit::new();
+        init.set_cache(web_sys::RequestCache::NoStore);
+        let fresh = match Request::new_with_str_and_init(url, &init) {
+            Ok(req) => fetch_request(&req).await.ok().filter(Response::ok),
+            Err(_) => None,
+        };
+        let done = match fresh {
+            Some(response) => JsFuture::from(cache.put_with_str(url, &response)).await,
+            None => JsFuture::from(cache.delete_with_str(url)).await,
+        };
+        if let Err(e) = done {
+            web_sys::console::warn_1(
+                &format!(
+                    "sw-outbox: shell entry {url} not refreshed: {}",
+                    super::describe(&e)
+                )
+                .into(),
+            );
+        }
+    }
+}

@@ -12,7 +12,7 @@ import { CHROMIUM_ARGS } from './harness.mjs';
 
 /**
  * Launches headless Chromium with a fresh profile and a CDP pipe.
- * Returns `{ send(method, params, sessionId), events, openTab(url), close() }`.
+ * Returns `{ send(method, params, sessionId), events, openTab(url), watchVersions(tab), close() }`.
  */
 export async function launchChromium() {
   const profile = await mkdtemp(join(tmpdir(), 'sw-outbox-cdp-'));
@@ -98,7 +98,41 @@ export async function launchChromium() {
         }, user);
         await this.until(() => window.demo.sessionSynced === true, { what: `signed in as ${user}` });
       },
+      /** Signs out through the demo's button, keeping unsent work on the device. */
+      async signOut() {
+        await this.evaluate(() => document.querySelector('[data-testid=sign-out]').click());
+        await this.until(() => {
+          const keep = document.querySelector('[data-testid=signout-keep]');
+          if (keep && keep.offsetParent !== null) keep.click();
+          return window.demo.state.user === null && window.demo.sessionSynced === false;
+        }, { what: 'signed out' });
+      },
     };
+  }
+
+  /**
+   * Follows the service-worker versions seen from `tab` (CDP ServiceWorker domain):
+   * `versions` maps a version id to {url, status, running, registration}, `log` lists
+   * every change with its time since `t0`, `idOf(suffix)` is the newest version whose
+   * script URL ends with `suffix`.
+   */
+  async function watchVersions(tab) {
+    const versions = new Map();
+    const log = [];
+    const watch = { versions, log, t0: Date.now() };
+    watch.at = () => `${((Date.now() - watch.t0) / 1000).toFixed(1)}s`;
+    events.on('ServiceWorker.workerVersionUpdated', (p, sessionId) => {
+      if (sessionId !== tab.sessionId) return;
+      for (const v of p.versions) {
+        const prev = versions.get(v.versionId);
+        if (prev && prev.status === v.status && prev.running === v.runningStatus) continue;
+        versions.set(v.versionId, { url: v.scriptURL, status: v.status, running: v.runningStatus, registration: v.registrationId });
+        log.push(`${watch.at()} ${v.versionId}:${v.status}/${v.runningStatus}`);
+      }
+    });
+    await tab.send('ServiceWorker.enable');
+    watch.idOf = (suffix) => [...versions].filter(([, v]) => v.url.endsWith(suffix)).map(([id]) => id).pop();
+    return watch;
   }
 
   async function close() {
@@ -109,5 +143,5 @@ export async function launchChromium() {
     await rm(profile, { recursive: true, force: true });
   }
 
-  return { send, events, openTab, close, stderr };
+  return { send, events, openTab, watchVersions, close, stderr };
 }

@@ -1,7 +1,10 @@
-// End-to-end harness: one reference server + one fresh headless Chromium profile per test
-// file. The server is the real binary in `--mode test`, so "offline" is the server dropping
-// connections (a real network failure inside the worker's fetch), and /__control/applied
-// is the ground truth of what was applied.
+// The reference server for every browser suite (startServer, stopServer, controlClient:
+// tests/e2e-engines, tests/interop, tests/e2e/update-handover, bench), Chromium's flags
+// (CHROMIUM_ARGS), and a Chromium-only harness (startHarness: one server + one fresh
+// headless Chromium profile, playwright-core) for tests/bundler. The server is the real
+// binary in `--mode test`, so "offline" is the server dropping connections (a real
+// network failure inside the worker's fetch), and /__control/applied is the ground truth
+// of what was applied. The end-to-end scenarios run in tests/e2e-engines, in three engines.
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -34,7 +37,7 @@ function checkPrerequisites({ serverBin, www, requireWorker }) {
 }
 
 /** Starts the server on a free port; resolves with its base URL once it accepts connections.
- * (The Firefox harness starts it the same way.) */
+ * (The three-engine harness, tests/e2e-engines, starts it the same way.) */
 export function startServer(serverBin, www) {
   const child = spawn(serverBin, ['--port', '0', '--mode', 'test', '--db', ':memory:', '--www', www], {
     cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'],
@@ -59,7 +62,7 @@ export function startServer(serverBin, www) {
 }
 
 /** GET (no body) or POST (JSON body) one /__control/ route of the server at `baseUrl`;
- * returns the parsed JSON. (The Firefox harness uses it too.) */
+ * returns the parsed JSON. */
 export function controlClient(baseUrl) {
   return async function control(path, body) {
     const res = await fetch(`${baseUrl}/__control/${path.replace(/^\/+/, '')}`, body === undefined
@@ -117,25 +120,6 @@ export async function startHarness({
 
   const control = controlClient(baseUrl);
 
-  /** Opens the demo in the first tab and waits until the outbox worker controls it. */
-  async function openDemo({ page, waitForWorker = requireWorker, timeout = 20000, path = '/' } = {}) {
-    page ??= context.pages()[0] ?? await context.newPage();
-    await page.goto(`${baseUrl}${path}`);
-    await page.waitForFunction(
-      (needWorker) => window.demo && (!needWorker || (window.demo.client && navigator.serviceWorker.controller)),
-      waitForWorker, { timeout },
-    );
-    return page;
-  }
-
-  /** Stops every service worker, as the browser does to an idle one. */
-  async function stopWorkers(page) {
-    const cdp = await context.newCDPSession(page ?? context.pages()[0]);
-    await cdp.send('ServiceWorker.enable');
-    await cdp.send('ServiceWorker.stopAllWorkers');
-    await cdp.detach();
-  }
-
   async function close() {
     await context?.close().catch(() => {});
     await stopServer(server.child);
@@ -143,7 +127,7 @@ export async function startHarness({
   }
 
   return {
-    baseUrl, context, logs, serverOutput: server.output, control, openDemo, stopWorkers, close,
+    baseUrl, context, logs, serverOutput: server.output, control, close,
     applied: async () => (await control('applied')).applied,
     requests: async () => (await control('requests')).requests,
     setNetwork: (up) => control('network', { down: !up }),
@@ -151,12 +135,4 @@ export async function startHarness({
     /** The browser's and the server's last words, for a failing test's message. */
     diagnostics: () => `browser:\n${logs.join('\n') || '(nothing)'}\nserver:\n${server.output.slice(-40).join('\n')}`,
   };
-}
-
-/** Signs in through the login form, as a user would, and waits for the signed-in view. */
-export async function signInThroughUi(page, userId) {
-  await page.getByTestId('login-user').fill(userId);
-  await page.getByTestId('login-password').fill(userId);
-  await page.getByTestId('login-submit').click();
-  await page.getByTestId('user-name').filter({ hasText: userId }).waitFor();
 }

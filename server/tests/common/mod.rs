@@ -4,29 +4,28 @@
 
 #![allow(dead_code)]
 
+#[path = "../../idempotency/tests/support/pg.rs"]
 pub mod pg;
 
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
-use sw_outbox_server::ledger::{Ledger, SqliteLedger};
-use sw_outbox_server::ledger_pg::PgLedger;
-use sw_outbox_server::store::Db;
-use sw_outbox_server::{Config, LedgerTimings, Mode, RunningServer};
+use sw_outbox_idempotency::Settings;
+use sw_outbox_server::{Config, Mode, RunningServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Short bounds so state transitions happen in test time.
-pub fn fast_timings() -> LedgerTimings {
-    LedgerTimings {
+/// Short ledger bounds so state transitions happen in test time (never asserted as
+/// durations), on top of the reference server's settings (which also store `ETag`).
+pub fn fast_settings() -> Settings {
+    Settings {
         in_progress_wait: Duration::from_millis(300),
         in_progress_poll: Duration::from_millis(20),
         stale_after: Duration::from_millis(600),
         heartbeat_every: Duration::from_millis(100),
-        expiry: Duration::from_secs(3600),
-        prune_every: Duration::from_secs(3600),
+        key_ttl: Duration::from_secs(3600),
+        ..Config::for_mode(Mode::Test).idempotency
     }
 }
 
@@ -39,6 +38,8 @@ pub fn www_dir() -> PathBuf {
     std::fs::create_dir_all(dir.join("pkg")).expect("mkdir");
     std::fs::write(dir.join("index.html"), "<!doctype html><title>t</title>").expect("write");
     std::fs::write(dir.join("sw.js"), "self.x = 1;").expect("write");
+    std::fs::write(dir.join("app.mjs"), "export {};").expect("write");
+    std::fs::write(dir.join("manifest.webmanifest"), "{}").expect("write");
     std::fs::write(dir.join("pkg/app.wasm"), b"\0asm\x01\0\0\0").expect("write");
     dir
 }
@@ -49,25 +50,27 @@ fn rand_suffix() -> u64 {
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-pub async fn start(timings: LedgerTimings) -> RunningServer {
-    start_with(timings, Mode::Test).await
-}
-
-pub async fn start_with(timings: LedgerTimings, mode: Mode) -> RunningServer {
-    spawn(timings, mode, None).await
-}
-
-async fn spawn(timings: LedgerTimings, mode: Mode, ledger: Option<String>) -> RunningServer {
-    let config = Config {
+/// A server's configuration for the tests: loopback, a free port, in memory, `settings`.
+pub fn test_config(settings: Settings, mode: Mode) -> Config {
+    Config {
         port: 0,
         www: www_dir(),
         db: ":memory:".into(),
-        ledger,
-        mode,
-        timings,
+        idempotency: settings,
         shutdown_grace: Duration::from_millis(200),
-        ..Config::default()
-    };
+        ..Config::for_mode(mode)
+    }
+}
+
+pub async fn start(settings: Settings) -> RunningServer {
+    start_with(settings, Mode::Test).await
+}
+
+pub async fn start_with(settings: Settings, mode: Mode) -> RunningServer {
+    start_config(test_config(settings, mode)).await
+}
+
+pub async fn start_config(config: Config) -> RunningServer {
     sw_outbox_server::spawn(config)
         .await
         .expect("server starts")
@@ -82,25 +85,12 @@ pub enum Backend {
 
 /// A test-mode server with its ledger on `backend` (a fresh PostgreSQL database each time);
 /// `None` when PostgreSQL tests are skipped.
-pub async fn start_on(backend: Backend, timings: LedgerTimings) -> Option<RunningServer> {
-    let ledger = match backend {
-        Backend::Sqlite => None,
-        Backend::Postgres => Some(pg::server()?.fresh_database().await),
-    };
-    Some(spawn(timings, Mode::Test, ledger).await)
-}
-
-/// A bare ledger on `backend`, empty; `None` when PostgreSQL tests are skipped.
-pub async fn ledger_on(backend: Backend) -> Option<Arc<dyn Ledger>> {
-    Some(match backend {
-        Backend::Sqlite => Arc::new(
-            SqliteLedger::new(Db::open(":memory:").expect("sqlite")).expect("sqlite ledger"),
-        ),
-        Backend::Postgres => {
-            let url = pg::server()?.fresh_database().await;
-            Arc::new(PgLedger::connect(&url).await.expect("postgres ledger"))
-        }
-    })
+pub async fn start_on(backend: Backend, settings: Settings) -> Option<RunningServer> {
+    let mut config = test_config(settings, Mode::Test);
+    if backend == Backend::Postgres {
+        config.ledger = Some(pg::server()?.fresh_database().await);
+    }
+    Some(start_config(config).await)
 }
 
 /// Generates, for each named `async fn(Backend)`, one `#[tokio::test]` in `mod sqlite` and
@@ -162,7 +152,10 @@ pub async fn raw(
     body: Option<&[u8]>,
 ) -> std::io::Result<Option<Resp>> {
     let mut stream = TcpStream::connect(addr).await?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    let mut req = format!("{method} {path} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -1,0 +1,873 @@
+//! The layer on a plain axum app (not the reference server): one `.layer(…)` line, and
+//! every state of the ledger reached through HTTP requests, on both ledgers.
+
+mod support;
+
+use axum::body::{to_bytes, Body, Bytes};
+use axum::extract::State;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use futures_util::FutureExt;
+use serde_json::{json, Value};
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use support::*;
+use sw_outbox_idempotency::{
+    ClaimRequest, ClaimToken, Fingerprint, IdempotencyLayer, KeyRule, Ledger, Scope, Settings,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tower::ServiceExt;
+
+on_both_ledgers!(
+    first_answer_then_replays,
+    stored_headers_are_replayed_and_no_others,
+    keys_are_checked_by_the_rule,
+    a_key_reused_for_another_request,
+    a_duplicate_waits_for_the_running_first_attempt,
+    in_progress_after_the_wait_and_alive_past_the_stale_bound,
+    crash_window_a_cancelled_request_is_never_run_again,
+    crash_window_a_claim_left_by_a_dead_process,
+    an_answer_over_the_bound_is_stored_as_its_status,
+    a_request_body_over_the_bound_passes_through_unbuffered,
+    a_panicking_route_stores_500_and_the_panic_goes_on,
+    a_busy_ledger_answers_503_retry_after_1,
+    a_full_ledger_answers_503_until_a_claim_completes,
+    expired_keys_apply_again_and_are_pruned,
+    over_real_http,
+);
+
+/// What the routes count: how often each started and finished.
+#[derive(Clone, Default)]
+struct Counts {
+    started: Arc<AtomicUsize>,
+    finished: Arc<AtomicUsize>,
+}
+
+impl Counts {
+    fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
+    }
+    fn finished(&self) -> usize {
+        self.finished.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    counts: Counts,
+    big: usize,
+}
+
+async fn order(State(s): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let n = s.counts.started.fetch_add(1, Ordering::SeqCst) + 1;
+    let sleep = headers
+        .get("x-sleep-ms")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(sleep)).await;
+    s.counts.finished.fetch_add(1, Ordering::SeqCst);
+    let mut resp = (
+        StatusCode::CREATED,
+        axum::Json(json!({ "order": n, "body": String::from_utf8_lossy(&body) })),
+    )
+        .into_response();
+    resp.headers_mut().insert(
+        "location",
+        HeaderValue::from_str(&format!("/orders/{n}")).unwrap(),
+    );
+    resp
+}
+
+async fn report(State(s): State<AppState>) -> Response {
+    s.counts.started.fetch_add(1, Ordering::SeqCst);
+    let mut resp = "a,b\n1,2\n".into_response();
+    let h = resp.headers_mut();
+    h.insert("content-type", HeaderValue::from_static("text/csv"));
+    h.insert(
+        "content-disposition",
+        HeaderValue::from_static("attachment; filename=\"r.csv\""),
+    );
+    h.insert("x-not-stored", HeaderValue::from_static("1"));
+    resp
+}
+
+async fn unavailable(State(s): State<AppState>) -> Response {
+    s.counts.started.fetch_add(1, Ordering::SeqCst);
+    let mut resp = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        axum::Json(json!({ "detail": "db_down" })),
+    )
+        .into_response();
+    resp.headers_mut()
+        .insert("retry-after", HeaderValue::from_static("4"));
+    resp
+}
+
+async fn big(State(s): State<AppState>) -> Response {
+    s.counts.started.fetch_add(1, Ordering::SeqCst);
+    vec![b'x'; s.big].into_response()
+}
+
+async fn length(State(s): State<AppState>, body: Bytes) -> Response {
+    s.counts.started.fetch_add(1, Ordering::SeqCst);
+    body.len().to_string().into_response()
+}
+
+/// Answers at once without reading the request body.
+async fn unread(State(s): State<AppState>) -> Response {
+    s.counts.started.fetch_add(1, Ordering::SeqCst);
+    "ok".into_response()
+}
+
+async fn boom(State(s): State<AppState>) -> Response {
+    s.counts.started.fetch_add(1, Ordering::SeqCst);
+    panic!("the route failed");
+}
+
+async fn count(State(s): State<AppState>) -> String {
+    s.counts.started.fetch_add(1, Ordering::SeqCst);
+    "counted".into()
+}
+
+/// A plain axum app, as a user of the crate writes one. The account is whatever the app's
+/// authentication decided; here, an `x-user` header.
+fn plain_app(ledger: Arc<dyn Ledger>, settings: Settings) -> (Router, Counts) {
+    let counts = Counts::default();
+    let state = AppState {
+        counts: counts.clone(),
+        big: settings.max_stored_answer + 1,
+    };
+    let router = Router::new()
+        .route("/orders", post(order).delete(order).get(count))
+        .route("/report", post(report))
+        .route("/unavailable", post(unavailable))
+        .route("/big", post(big))
+        .route("/length", post(length))
+        .route("/unread", post(unread))
+        .route("/panic", post(boom))
+        .with_state(state)
+        .layer(
+            IdempotencyLayer::new(ledger, |r: &Parts| {
+                r.headers.get("x-user")?.to_str().ok().map(str::to_owned)
+            })
+            .with_settings(settings),
+        );
+    (router, counts)
+}
+
+struct Answer {
+    status: u16,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+    fn detail(&self) -> String {
+        self.json()["detail"].as_str().unwrap_or("").to_owned()
+    }
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    fn replayed(&self) -> bool {
+        self.header("idempotent-replayed") == Some("true")
+    }
+}
+
+fn request(method: &str, path: &str, headers: &[(&str, &str)], body: Body) -> Request<Body> {
+    let mut b = Request::builder().method(method).uri(path);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(body).expect("request")
+}
+
+async fn call(app: &Router, req: Request<Body>) -> Answer {
+    let resp = app.clone().oneshot(req).await.expect("infallible");
+    let (parts, body) = resp.into_parts();
+    Answer {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: to_bytes(body, usize::MAX).await.expect("answer body"),
+    }
+}
+
+/// POST `path` as `user` with `key` (when given) and `body`.
+async fn post_as(app: &Router, user: &str, key: Option<&str>, path: &str, body: &str) -> Answer {
+    let mut h = vec![("x-user", user)];
+    if let Some(k) = key {
+        h.push(("idempotency-key", k));
+    }
+    call(app, request("POST", path, &h, Body::from(body.to_owned()))).await
+}
+
+async fn first_answer_then_replays(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    let first = post_as(&app, "alice", Some("order-1"), "/orders", "two apples").await;
+    assert_eq!(first.status, 201);
+    assert!(!first.replayed());
+    let again = post_as(&app, "alice", Some("order-1"), "/orders", "two apples").await;
+    assert_eq!(again.status, 201);
+    assert!(again.replayed());
+    assert_eq!(again.body, first.body);
+    assert_eq!(again.header("location"), Some("/orders/1"));
+    assert_eq!(again.header("content-type"), Some("application/json"));
+    assert_eq!(counts.started(), 1, "the route ran once");
+
+    // The scope is (account, key): bob's identical key is bob's own write.
+    let bob = post_as(&app, "bob", Some("order-1"), "/orders", "two apples").await;
+    assert_eq!((bob.status, bob.replayed()), (201, false));
+    assert_eq!(bob.json()["order"], 2);
+    // No key, no account, or not a write: the route runs every time.
+    post_as(&app, "alice", None, "/orders", "x").await;
+    post_as(&app, "alice", None, "/orders", "x").await;
+    let anonymous = call(
+        &app,
+        request(
+            "POST",
+            "/orders",
+            &[("idempotency-key", "order-1")],
+            Body::from("x"),
+        ),
+    )
+    .await;
+    assert!(!anonymous.replayed());
+    let h = [("x-user", "alice"), ("idempotency-key", "order-1")];
+    for _ in 0..2 {
+        assert!(!call(&app, request("GET", "/orders", &h, Body::empty()))
+            .await
+            .replayed());
+    }
+    assert_eq!(counts.started(), 2 + 2 + 1 + 2);
+    // DELETE is a write like the others.
+    let d = [("x-user", "alice"), ("idempotency-key", "delete-1")];
+    call(&app, request("DELETE", "/orders", &d, Body::empty())).await;
+    let d2 = call(&app, request("DELETE", "/orders", &d, Body::empty())).await;
+    assert!(d2.replayed());
+    assert_eq!(counts.started(), 8);
+}
+
+async fn stored_headers_are_replayed_and_no_others(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    let r1 = post_as(&app, "alice", Some("report"), "/report", "").await;
+    assert_eq!(
+        r1.header("x-not-stored"),
+        Some("1"),
+        "the first answer is whole"
+    );
+    let r2 = post_as(&app, "alice", Some("report"), "/report", "").await;
+    assert!(r2.replayed());
+    assert_eq!(r2.header("content-type"), Some("text/csv"));
+    assert_eq!(
+        r2.header("content-disposition"),
+        Some("attachment; filename=\"r.csv\"")
+    );
+    assert_eq!(r2.header("x-not-stored"), None);
+    assert_eq!(r2.body, r1.body);
+
+    // A server error is an answer too: stored with its Retry-After, never run again.
+    let u1 = post_as(&app, "alice", Some("unavailable"), "/unavailable", "").await;
+    let u2 = post_as(&app, "alice", Some("unavailable"), "/unavailable", "").await;
+    assert_eq!((u1.status, u2.status), (503, 503));
+    assert!(u2.replayed());
+    assert_eq!(u2.header("retry-after"), Some("4"));
+    assert_eq!(u2.detail(), "db_down");
+    assert_eq!(counts.started(), 2);
+}
+
+async fn keys_are_checked_by_the_rule(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger.clone(), fast_settings());
+    let long = "k".repeat(256);
+    for bad in ["", long.as_str(), "has space"] {
+        let r = post_as(&app, "alice", Some(bad), "/orders", "x").await;
+        assert_eq!(
+            (r.status, r.detail().as_str()),
+            (400, "idempotency_key_invalid"),
+            "{bad:?}"
+        );
+    }
+    let twice = call(
+        &app,
+        request(
+            "POST",
+            "/orders",
+            &[
+                ("x-user", "alice"),
+                ("idempotency-key", "a"),
+                ("idempotency-key", "b"),
+            ],
+            Body::from("x"),
+        ),
+    )
+    .await;
+    assert_eq!(twice.status, 400, "two keys are no key");
+    assert_eq!(counts.started(), 0);
+    let hash = "f".repeat(80);
+    for good in [
+        "order_1234",
+        "k:7f3e",
+        hash.as_str(),
+        "0b9f6c1e-8a9d-4c3e-9f2a-1d2c3b4a5e6f",
+    ] {
+        let r = post_as(&app, "alice", Some(good), "/orders", "x").await;
+        assert_eq!(r.status, 201, "{good}");
+        assert!(post_as(&app, "alice", Some(good), "/orders", "x")
+            .await
+            .replayed());
+    }
+    assert_eq!(counts.started(), 4);
+
+    let strict = Settings {
+        key_rule: KeyRule::Strict,
+        ..fast_settings()
+    };
+    let (app, _) = plain_app(ledger, strict);
+    let r = post_as(&app, "alice", Some("order_1234"), "/orders", "x").await;
+    assert_eq!(
+        (r.status, r.detail().as_str()),
+        (400, "idempotency_key_invalid")
+    );
+    let r = post_as(
+        &app,
+        "alice",
+        Some("7d4c1e2a-0b9f-4c3e-9f2a-1d2c3b4a5e6f"),
+        "/orders",
+        "y",
+    )
+    .await;
+    assert_eq!(r.status, 201);
+}
+
+async fn a_key_reused_for_another_request(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    assert_eq!(
+        post_as(&app, "alice", Some("reuse"), "/orders", "a")
+            .await
+            .status,
+        201
+    );
+    for (method, path, body) in [
+        ("POST", "/orders", "b"),
+        ("POST", "/orders?x=1", "a"),
+        ("POST", "/report", "a"),
+        ("DELETE", "/orders", "a"),
+    ] {
+        let h = [("x-user", "alice"), ("idempotency-key", "reuse")];
+        let r = call(&app, request(method, path, &h, Body::from(body))).await;
+        assert_eq!(
+            (r.status, r.detail().as_str()),
+            (422, "idempotency_key_reused"),
+            "{method} {path} {body}"
+        );
+    }
+    assert_eq!(counts.started(), 1);
+}
+
+fn slow(ms: u64) -> String {
+    ms.to_string()
+}
+
+async fn post_slow(app: &Router, key: &str, ms: u64) -> Answer {
+    let ms = slow(ms);
+    let h = [
+        ("x-user", "alice"),
+        ("idempotency-key", key),
+        ("x-sleep-ms", ms.as_str()),
+    ];
+    call(app, request("POST", "/orders", &h, Body::from("slow"))).await
+}
+
+async fn a_duplicate_waits_for_the_running_first_attempt(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { post_slow(&app, "wait", 150).await })
+    };
+    while counts.started() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let dup = post_slow(&app, "wait", 150).await;
+    let first = first.await.expect("join");
+    assert_eq!((first.status, first.replayed()), (201, false));
+    assert_eq!(
+        (dup.status, dup.replayed()),
+        (201, true),
+        "{}",
+        dup.detail()
+    );
+    assert_eq!(dup.body, first.body);
+    assert_eq!(counts.started(), 1);
+}
+
+async fn in_progress_after_the_wait_and_alive_past_the_stale_bound(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    // Longer than stale_after (600 ms): only the heartbeat keeps the claim alive.
+    let first = {
+        let app = app.clone();
+        tokio::spawn(async move { post_slow(&app, "long", 1500).await })
+    };
+    while counts.started() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let dup = post_slow(&app, "long", 1500).await;
+    assert_eq!(
+        (dup.status, dup.detail().as_str()),
+        (409, "idempotency_in_progress")
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let dup = post_slow(&app, "long", 1500).await;
+    assert_eq!(
+        dup.detail(),
+        "idempotency_in_progress",
+        "alive, not unknown"
+    );
+    let first = first.await.expect("join");
+    assert_eq!(first.status, 201);
+    assert!(post_slow(&app, "long", 1500).await.replayed());
+    assert_eq!(counts.started(), 1);
+}
+
+/// The crash window, as a client that goes away: the claim is committed, the request is
+/// cancelled mid-route (hyper drops the handler's future), and its heartbeat dies with it.
+async fn crash_window_a_cancelled_request_is_never_run_again(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    let gone = tokio::time::timeout(Duration::from_millis(150), post_slow(&app, "cut", 1200)).await;
+    assert!(gone.is_err(), "the first attempt was cut off");
+    assert_eq!((counts.started(), counts.finished()), (1, 0));
+    // Right after: the claim is fresh, so it looks in progress.
+    assert_eq!(
+        post_slow(&app, "cut", 0).await.detail(),
+        "idempotency_in_progress"
+    );
+    // Past the stale bound: outcome unknown, and it stays so.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = post_slow(&app, "cut", 0).await;
+    assert_eq!(
+        (r.status, r.detail().as_str()),
+        (409, "idempotency_outcome_unknown")
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert_eq!(
+        post_slow(&app, "cut", 0).await.detail(),
+        "idempotency_outcome_unknown"
+    );
+    assert_eq!(
+        (counts.started(), counts.finished()),
+        (1, 0),
+        "never run again"
+    );
+}
+
+/// The crash window, as a process that died after committing its claim: the claim is there,
+/// nobody heartbeats it.
+async fn crash_window_a_claim_left_by_a_dead_process(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let scope = Scope {
+        account: "alice".into(),
+        key: "orphan".into(),
+    };
+    let fp = Fingerprint {
+        method: "POST".into(),
+        path: "/orders".into(),
+        body_sha256: sha256(b"slow"),
+    };
+    let now = sw_outbox_idempotency::now_ms();
+    let claimed = ledger
+        .begin(ClaimRequest {
+            scope: &scope,
+            fingerprint: &fp,
+            token: &ClaimToken("dead process".into()),
+            now_ms: now - 5_000,
+            expired_before_ms: 0,
+            max_rows: 100,
+        })
+        .await
+        .expect("claim");
+    assert_eq!(claimed, sw_outbox_idempotency::Begin::Claimed);
+    let (app, counts) = plain_app(ledger, fast_settings());
+    let r = post_slow(&app, "orphan", 0).await;
+    assert_eq!(
+        (r.status, r.detail().as_str()),
+        (409, "idempotency_outcome_unknown")
+    );
+    assert_eq!(counts.started(), 0);
+}
+
+fn sha256(b: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(b).into()
+}
+
+async fn an_answer_over_the_bound_is_stored_as_its_status(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let settings = Settings {
+        max_stored_answer: 1000,
+        ..fast_settings()
+    };
+    let (app, counts) = plain_app(ledger, settings);
+    let first = post_as(&app, "alice", Some("big"), "/big", "").await;
+    assert_eq!(
+        (first.status, first.body.len()),
+        (200, 1001),
+        "the first answer is whole"
+    );
+    let again = post_as(&app, "alice", Some("big"), "/big", "").await;
+    assert_eq!(
+        (again.status, again.detail().as_str()),
+        (409, "idempotency_replay_unavailable")
+    );
+    assert_eq!(again.json()["status"], 200, "what the write answered");
+    assert!(again.replayed());
+    assert_eq!(counts.started(), 1, "and it did not run again");
+}
+
+async fn a_request_body_over_the_bound_passes_through_unbuffered(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let settings = Settings {
+        max_request_body: 1000,
+        ..fast_settings()
+    };
+    let (app, counts) = plain_app(ledger, settings);
+    let body = "b".repeat(1001);
+    // Over the bound: no idempotency, whatever the key (the app answers as without the layer).
+    for _ in 0..2 {
+        let r = post_as(&app, "alice", Some("huge"), "/length", &body).await;
+        assert_eq!((r.status, r.replayed()), (200, false));
+        assert_eq!(r.body, "1001", "the route got the whole body");
+    }
+    let at_bound = "b".repeat(1000);
+    post_as(&app, "alice", Some("at-bound"), "/length", &at_bound).await;
+    assert!(
+        post_as(&app, "alice", Some("at-bound"), "/length", &at_bound)
+            .await
+            .replayed()
+    );
+    assert_eq!(counts.started(), 3);
+
+    // A body that never ends: the layer passes it on after the bound instead of waiting
+    // for the rest (the route answers without reading it).
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    tx.send(Ok(Bytes::from(vec![b'c'; 600])))
+        .await
+        .expect("send");
+    tx.send(Ok(Bytes::from(vec![b'c'; 600])))
+        .await
+        .expect("send");
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let h = [("x-user", "alice"), ("idempotency-key", "endless")];
+    let answered = tokio::time::timeout(
+        Duration::from_secs(10),
+        call(
+            &app,
+            request("POST", "/unread", &h, Body::from_stream(stream)),
+        ),
+    )
+    .await
+    .expect("answered while the body was still open");
+    assert_eq!((answered.status, answered.replayed()), (200, false));
+    drop(tx);
+    // A declared length over the bound is not even read.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let h = [
+        ("x-user", "alice"),
+        ("idempotency-key", "declared"),
+        ("content-length", "5000"),
+    ];
+    let answered = tokio::time::timeout(
+        Duration::from_secs(10),
+        call(
+            &app,
+            request("POST", "/unread", &h, Body::from_stream(stream)),
+        ),
+    )
+    .await
+    .expect("answered before any byte arrived");
+    assert_eq!(answered.status, 200);
+    drop(tx);
+    assert_eq!(counts.started(), 5);
+}
+
+async fn a_panicking_route_stores_500_and_the_panic_goes_on(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    let h = [("x-user", "alice"), ("idempotency-key", "boom")];
+    let first = AssertUnwindSafe(
+        app.clone()
+            .oneshot(request("POST", "/panic", &h, Body::empty())),
+    )
+    .catch_unwind()
+    .await;
+    assert!(first.is_err(), "the panic reached the caller");
+    let later = call(&app, request("POST", "/panic", &h, Body::empty())).await;
+    assert_eq!(later.status, 500);
+    assert!(later.replayed());
+    assert_eq!(later.json(), json!({ "detail": "Internal Server Error" }));
+    assert_eq!(counts.started(), 1, "the route is not run again");
+}
+
+async fn a_busy_ledger_answers_503_retry_after_1(backend: Backend) {
+    let Some((ledger, place)) = ledger_with(backend, Duration::from_millis(200)).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    let holder: Box<dyn std::any::Any + Send> = match &place {
+        Place::Sqlite(file) => {
+            let conn = rusqlite::Connection::open(&file.0).expect("second connection");
+            conn.execute_batch("BEGIN IMMEDIATE")
+                .expect("hold the write lock");
+            Box::new(std::sync::Mutex::new(conn))
+        }
+        Place::Postgres(url) => {
+            let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+                .await
+                .expect("second connection");
+            let task = tokio::spawn(conn);
+            client
+                .batch_execute("BEGIN; LOCK TABLE idempotency IN ACCESS EXCLUSIVE MODE")
+                .await
+                .expect("hold the table lock");
+            Box::new((client, task))
+        }
+    };
+    let r = post_as(&app, "alice", Some("busy"), "/orders", "x").await;
+    assert_eq!(
+        (r.status, r.detail().as_str()),
+        (503, "idempotency_ledger_busy")
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(counts.started(), 0);
+    drop(holder);
+    let mut status = 0;
+    for _ in 0..50 {
+        status = post_as(&app, "alice", Some("busy"), "/orders", "x")
+            .await
+            .status;
+        if status != 503 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(status, 201);
+    assert_eq!(counts.started(), 1);
+}
+
+async fn a_full_ledger_answers_503_until_a_claim_completes(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let settings = Settings {
+        max_rows: 2,
+        in_progress_wait: Duration::from_millis(50),
+        ..fast_settings()
+    };
+    let (app, counts) = plain_app(ledger, settings);
+    let running: Vec<_> = ["r1", "r2"]
+        .into_iter()
+        .map(|k| {
+            let app = app.clone();
+            tokio::spawn(async move { post_slow(&app, k, 800).await })
+        })
+        .collect();
+    while counts.started() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let r = post_as(&app, "alice", Some("third"), "/orders", "x").await;
+    assert_eq!(
+        (r.status, r.detail().as_str()),
+        (503, "idempotency_ledger_full")
+    );
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Keys already in the ledger are still answered.
+    assert_eq!(
+        post_slow(&app, "r1", 800).await.detail(),
+        "idempotency_in_progress"
+    );
+    for t in running {
+        assert_eq!(t.await.expect("join").status, 201);
+    }
+    // Completed entries can be evicted: the new key goes through.
+    let r = post_as(&app, "alice", Some("third"), "/orders", "x").await;
+    assert_eq!((r.status, r.replayed()), (201, false));
+    assert_eq!(counts.started(), 3);
+}
+
+async fn expired_keys_apply_again_and_are_pruned(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let settings = Settings {
+        key_ttl: Duration::from_millis(700),
+        prune_every: Duration::from_millis(10),
+        ..fast_settings()
+    };
+    let (app, counts) = plain_app(ledger.clone(), settings);
+    assert_eq!(
+        post_as(&app, "alice", Some("ttl"), "/orders", "1")
+            .await
+            .status,
+        201
+    );
+    assert_eq!(
+        post_as(&app, "alice", Some("ttl"), "/orders", "2")
+            .await
+            .status,
+        422
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Expired: the key is free again, for any request.
+    let r = post_as(&app, "alice", Some("ttl"), "/orders", "2").await;
+    assert_eq!((r.status, r.replayed()), (201, false));
+    assert_eq!(counts.started(), 2);
+    // Another wait, another request: the layer prunes what expired in the background.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    post_as(&app, "alice", Some("later"), "/orders", "3").await;
+    let mut left = u64::MAX;
+    for _ in 0..100 {
+        left = ledger.entries().await.expect("len");
+        if left == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(left, 1, "only the fresh entry is left");
+}
+
+/// The same app served by axum over a real socket.
+async fn over_real_http(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(ledger, fast_settings());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut bodies = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(
+            b"POST /orders HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-User: alice\r\n\
+              Idempotency-Key: over-http\r\nContent-Length: 4\r\n\r\npear",
+        )
+        .await
+        .expect("write");
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await.expect("read");
+        bodies.push(String::from_utf8_lossy(&buf).into_owned());
+    }
+    server.abort();
+    assert!(bodies[0].starts_with("HTTP/1.1 201"), "{}", bodies[0]);
+    assert!(!bodies[0]
+        .to_ascii_lowercase()
+        .contains("idempotent-replayed"));
+    assert!(bodies[1].starts_with("HTTP/1.1 201"), "{}", bodies[1]);
+    assert!(bodies[1]
+        .to_ascii_lowercase()
+        .contains("idempotent-replayed: true"));
+    assert!(
+        bodies[1].ends_with(r#"{"body":"pear","order":1}"#),
+        "{}",
+        bodies[1]
+    );
+    assert_eq!(counts.started(), 1);
+}
+
+/// Two replicas (two apps, each with its own `PgLedger` pool on one database) take copies
+/// of the same writes at the same moment: each write runs once, and every copy gets its
+/// first answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_replicas_run_each_route_once() {
+    const KEYS: usize = 30;
+    const COPIES: usize = 8;
+    let Some(server) = pg::server() else {
+        return;
+    };
+    let url = server.fresh_database().await;
+    let settings = Settings {
+        // Long enough that no copy gives up while the first attempt runs.
+        in_progress_wait: Duration::from_secs(20),
+        in_progress_poll: Duration::from_millis(10),
+        ..Settings::default()
+    };
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let ledger = sw_outbox_idempotency::PgLedger::connect(&url)
+            .await
+            .expect("replica");
+        replicas.push(plain_app(Arc::new(ledger), settings.clone()));
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(KEYS * COPIES));
+    let mut tasks = Vec::new();
+    for k in 0..KEYS {
+        for c in 0..COPIES {
+            let app = replicas[c % 2].0.clone();
+            let barrier = barrier.clone();
+            tasks.push(tokio::spawn(async move {
+                let key = format!("race-{k}");
+                barrier.wait().await;
+                (k, post_slow(&app, &key, 30).await)
+            }));
+        }
+    }
+    let mut first: Vec<Vec<Bytes>> = vec![Vec::new(); KEYS];
+    let mut all: Vec<Vec<Bytes>> = vec![Vec::new(); KEYS];
+    for t in tasks {
+        let (k, a) = t.await.expect("join");
+        assert_eq!(a.status, 201, "key {k}: {}", a.detail());
+        if !a.replayed() {
+            first[k].push(a.body.clone());
+        }
+        all[k].push(a.body);
+    }
+    let runs: usize = replicas.iter().map(|(_, c)| c.started()).sum();
+    assert_eq!(runs, KEYS, "each write ran once");
+    for k in 0..KEYS {
+        assert_eq!(first[k].len(), 1, "key {k}: one first answer");
+        assert!(
+            all[k].iter().all(|b| *b == first[k][0]),
+            "key {k}: one answer for all"
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! The worker's in-memory copies of IndexedDB state, and the rule that keeps them from
+//! being staler than the database when they are used (contract 8, r2).
+//!
+//! A worker caches two things: the session (the account of the last `AUTH_SESSION`,
+//! which header-less writes are bound to) and the lanes of the unresolved records (which
+//! decide whether a first attempt is made or the write is queued behind). Backoff and
+//! notification choices are read from the database at every use, so they are never
+//! stale.
+//!
+//! The database holds a generation ([`Generation`]) that every transaction changing
+//! either cached thing moves by one, in that same transaction. The view remembers the
+//! generation it reflects:
+//! - before a write is decided, and when the queue's lock is taken, the generation is
+//!   read (one small read) and the view reloaded when it differs;
+//! - this worker's own changes come back with the generation they applied to: when it
+//!   is the view's, the change is applied to the view too (it is then as fresh as the
+//!   database); when it is not, another worker changed the database in between, and the
+//!   view is marked stale, to be reloaded at its next use;
+//! - a batch of writes is stored only when the database's generation is still the
+//!   view's when its transaction runs (`Store::enqueue`), so no record is stored with an
+//!   owner taken from a stale session.
+
+use super::chain::FifoLock;
+use super::Inner;
+use crate::core::lanes::{Lane, StoredLanes};
+use crate::core::record::RecordMeta;
+use crate::core::route::record_is_auth_route;
+use crate::store::{Generation, QueueItem};
+use std::cell::{Cell, RefCell};
+
+#[derive(Default)]
+pub struct View {
+    /// The generation the copies below reflect; `None`: unknown (stale, or never read).
+    generation: Cell<Option<u64>>,
+    /// Clears counted by the database as of `generation`.
+    clears: Cell<u64>,
+    /// The persisted session as of `generation`.
+    session: RefCell<Option<String>>,
+    /// An `AUTH_SESSION` not yet committed: binds writes at once (its number, its user).
+    pending_session: RefCell<Option<(u64, Option<String>)>>,
+    session_seq: Cell<u64>,
+    /// The lanes of the unresolved records as of `generation` (`None`: unreadable).
+    stored: RefCell<Option<StoredLanes>>,
+    /// Records of this worker handed to the store and not yet committed.
+    pending: RefCell<StoredLanes>,
+    /// One reload at a time.
+    reloading: FifoLock,
+}
+
+impl Inner {
+    /// Makes the view as fresh as the database: reads the generation and reloads when
+    /// it moved (or the view is stale). A database that cannot be read leaves the view
+    /// as it was.
+    pub(crate) async fn fresh(&self) {
+        if alone() && self.view.generation.get().is_some() {
+            // No other worker of this registration exists to change the database: the
+            // view is as this worker left it (it was checked at start and activation).
+            return;
+        }
+        let known = self.view.generation.get();
+        match self.store.generation().await {
+            Ok(g) if Some(g.n) == known => {}
+            Ok(_) => self.reload().await,
+            Err(_) if known.is_none() => self.reload().await,
+            Err(_) => {}
+        }
+    }
+
+    /// Reads the session and the lanes again, in one transaction.
+    pub(crate) async fn reload(&self) {
+        let _one = self.view.reloading.acquire().await;
+        let Ok(snap) = self.store.snapshot().await else {
+            return;
+        };
+        if self.view.generation.get() == Some(snap.generation.n) {
+            return; // another reload got there first
+        }
+        let lanes = StoredLanes::from_lanes(snap.items.iter().map(|i| match i {
+            QueueItem::Record(m) => self.record_lane(m),
+            QueueItem::Corrupt(..) => None,
+        }));
+        *self.view.session.borrow_mut() = snap.session;
+        *self.view.stored.borrow_mut() = Some(lanes);
+        self.view.clears.set(snap.generation.clears);
+        self.view.generation.set(Some(snap.generation.n));
+    }
+
+    /// This worker's change committed, having applied to generation `before`. When that
+    /// was the view's, `apply` brings the view along; otherwise the view is stale.
+    pub(crate) fn committed(&self, before: Generation, clear: bool, apply: impl FnOnce(&View)) {
+        let after = before.next(clear);
+        if self.view.generation.get() == Some(before.n) {
+            apply(&self.view);
+            self.view.generation.set(Some(after.n));
+            self.view.clears.set(after.clears);
+        } else {
+            self.view.generation.set(None);
+        }
+    }
+
+    /// The generation the view reflects (for `Store::enqueue`'s check).
+    pub(crate) fn view_generation(&self) -> Option<u64> {
+        self.view.generation.get()
+    }
+
+    /// The clears the view has seen: a write decided now is fenced by a later clear.
+    pub(crate) fn view_clears(&self) -> u64 {
+        self.view.clears.get()
+    }
+
+    /// The account header-less writes are bound to now.
+    pub(crate) fn session_user(&self) -> Option<String> {
+        match &*self.view.pending_session.borrow() {
+            Some((_, user)) => user.clone(),
+            None => self.view.session.borrow().clone(),
+        }
+    }
+
+    /// An `AUTH_SESSION` arrived: it binds writes at once, before it is persisted.
+    pub(crate) fn session_arrived(&self, user: Option<String>) -> u64 {
+        let seq = self.view.session_seq.get() + 1;
+        self.view.session_seq.set(seq);
+        *self.view.pending_session.borrow_mut() = Some((seq, user));
+        seq
+    }
+
+    /// That `AUTH_SESSION` was persisted (`Some(before)`) or failed (`None`).
+    pub(crate) fn session_settled_as(
+        &self,
+        seq: u64,
+        user: Option<String>,
+        before: Option<Generation>,
+    ) {
+        if let Some(before) = before {
+            self.committed(before, false, |v| *v.session.borrow_mut() = user);
+        }
+        let mut pending = self.view.pending_session.borrow_mut();
+        if pending.as_ref().is_some_and(|(s, _)| *s == seq) {
+            *pending = None;
+        }
+    }
+
+    /// Whether an unresolved record (stored, or handed to the store) is ahead of a new
+    /// write of `lane`. When the queue cannot be read, nothing is assumed ahead (the
+    /// write is attempted, as the contract's first attempt is).
+    pub(crate) fn held_back(&self, lane: &Lane) -> bool {
+        self.view.pending.borrow().holds_back(lane)
+            || self
+                .view
+                .stored
+                .borrow()
+                .as_ref()
+                .is_some_and(|s| s.holds_back(lane))
+    }
+
+    /// A record of `lane` was handed to the store (it holds back the writes behind it
+    /// before its commit).
+    pub(crate) fn lane_pending(&self, lane: &Lane) {
+        self.view.pending.borrow_mut().add(lane);
+    }
+
+    /// That record's commit ended, stored or not (a stored one is in the view through
+    /// [`Inner::committed`]).
+    pub(crate) fn lane_unpending(&self, lane: &Lane) {
+        self.view.pending.borrow_mut().remove(lane);
+    }
+
+    /// The lane a stored record holds back: none for auth routes (never sent) and
+    /// unknown owners.
+    pub(crate) fn record_lane(&self, m: &RecordMeta) -> Option<Lane> {
+        if record_is_auth_route(&m.path, &self.config, &*self.patterns) {
+            return None;
+        }
+        Lane::of(m.owner.as_deref(), m.workspace.as_deref())
+    }
+}
+
+/// Whether this worker is its registration's only one: active, with no version
+/// installing or waiting. Only then can no other worker instance write the database (a
+/// replaced one has no events left: activation waits for that). Unknown (a browser
+/// without `self.serviceWorker`) counts as not alone.
+fn alone() -> bool {
+    let scope = super::scope();
+    let registration = scope.registration();
+    let me = js_sys::Reflect::get(&scope, &"serviceWorker".into())
+        .unwrap_or(wasm_bindgen::JsValue::UNDEFINED);
+    if me.is_undefined() || me.is_null() {
+        return false;
+    }
+    registration.installing().is_none()
+        && registration.waiting().is_none()
+        && registration
+            .active()
+            .is_some_and(|a| wasm_bindgen::JsValue::from(a) == me)
+}
+
+impl View {
+    pub(crate) fn add_lane(&self, lane: &Lane) {
+        if let Some(s) = self.stored.borrow_mut().as_mut() {
+            s.add(lane);
+        }
+    }
+
+    pub(crate) fn remove_lane(&self, lane: &Lane) {
+        if let Some(s) = self.stored.borrow_mut().as_mut() {
+            s.remove(lane);
+        }
+    }
+
+    /// `CLEAR_DEVICE` committed: no records, no session.
+    pub(crate) fn cleared(&self) {
+        *self.stored.borrow_mut() = Some(StoredLanes::default());
+        *self.session.borrow_mut() = None;
+    }
+}

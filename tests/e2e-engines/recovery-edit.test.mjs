@@ -1,0 +1,115 @@
+// Every engine: recovery people can use. A stuck write can be read (its content shown),
+// copied, edited and resent under a new key in its lane's place; another account's writes
+// are neither readable nor shown by path; a corrupt record is discarded alone; a never-queued route
+// answers 503 offline and stores nothing.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import {
+  eventually, flush, forEachEngine, listQueue, openWith, queuedWrite, signIn, signOutThroughUi, withDiagnostics,
+} from './outbox-helpers.mjs';
+
+const P = (pid) => `/api/projects/${pid}/tasks`;
+
+forEachEngine((engine, harness) => {
+  test('a 422-rejected write is read, edited in the demo and applied once with a new key, in its lane\'s order',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openWith(h, {});
+      await h.setNetwork(false);
+      const bad = await queuedWrite(page, P('p1'), { title: 'x'.repeat(30) });
+      const later = await queuedWrite(page, P('p1'), { title: 'written after it' });
+      await h.control('faults', { rules: [{ path: P('p1'), method: 'POST', kind: 'status', status: 422, detail: 'title too long', times: 1 }] });
+      await h.setNetwork(true);
+      await eventually(async () => (await listQueue(page)).find((r) => r.id === bad.id)?.state === 'needs-attention'
+        || ((await flush(page)) && false), { what: 'the write to be rejected' });
+      const q = await listQueue(page);
+      assert.equal(q.find((r) => r.id === bad.id).attentionReason, 'rejected');
+      assert.equal(q.find((r) => r.id === later.id).state, 'queued', 'the later write waits behind it');
+
+      const read = await page.evaluate((id) => window.demo.client.read(id, 'alice'), bad.id);
+      assert.equal(read.type, 'RECORD', JSON.stringify(read));
+      assert.equal(read.record.bodyEncoding, 'text');
+      assert.deepEqual(JSON.parse(read.record.body), { title: 'x'.repeat(30) }, 'the content is shown');
+      assert.equal(read.record.contentType, 'application/json');
+      assert.equal(read.record.lastStatus, 422);
+      assert.equal(read.record.sentBefore, true);
+
+      // In the demo: Show, edit, Resend edited.
+      await page.getByTestId(`show-${bad.id}`).click();
+      const area = page.getByTestId(`edit-body-${bad.id}`);
+      await area.waitFor();
+      assert.deepEqual(JSON.parse(await area.inputValue()), { title: 'x'.repeat(30) });
+      await area.fill(JSON.stringify({ title: 'short now' }));
+      await page.getByTestId(`resend-${bad.id}`).click();
+      await eventually(async () => (await listQueue(page)).length === 0 || ((await flush(page)) && false),
+        { timeout: 20000, what: 'the edited write and the one behind it to be delivered' });
+      const applied = await h.applied();
+      assert.deepEqual(applied.map((a) => JSON.parse(a.body).title), ['short now', 'written after it'],
+        'the edited write first, in its place; each once');
+      assert.notEqual(applied[0].key, bad.key, 'resent under a new key');
+      assert.equal(applied[1].key, later.key);
+    }));
+
+  test('another account\'s record can be read by no one else and is shown without its path',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openWith(h, {});
+      await h.setNetwork(false);
+      const alices = await queuedWrite(page, P('secret'), { title: 'alice only' });
+      await h.setNetwork(true);
+      await h.control('faults', { rules: [{ path: '/api/projects/secret/tasks', method: 'POST', kind: 'refuse' }] });
+      await signOutThroughUi(page);
+      await signIn(page, 'bob');
+      for (const owner of ['alice', 'bob']) {
+        const r = await page.evaluate(([id, o]) => window.demo.client.read(id, o), [alices.id, owner]);
+        assert.equal(r.type, 'COMMAND_RESULT', `refused when asked as ${owner}: ${JSON.stringify(r)}`);
+        assert.equal(r.ok, false);
+      }
+      const listed = (await listQueue(page)).find((r) => r.id === alices.id);
+      assert.deepEqual([listed.path, listed.method, listed.workspace], [null, null, null], JSON.stringify(listed));
+      const shown = await page.getByTestId('other-accounts').textContent();
+      assert.match(shown, /1 unsent change of another account/);
+      assert.ok(!(await page.getByTestId('outbox-list').textContent()).includes('secret'), 'no path of alice\'s on bob\'s screen');
+      await h.control('faults', { rules: [] });
+    }));
+
+  test('a corrupt record is discarded alone by whoever is signed in', withDiagnostics(harness, async () => {
+    const h = harness();
+    const page = await openWith(h, {});
+    await h.setNetwork(false);
+    const kept = await queuedWrite(page, P('p1'), { title: 'kept' });
+    const corruptId = await page.evaluate(() => new Promise((resolve, reject) => {
+      const req = indexedDB.open('sw-outbox');
+      req.onsuccess = () => {
+        const tx = req.result.transaction('mutations', 'readwrite');
+        let id;
+        tx.objectStore('mutations').add({ method: 42, path: ['x'], timestamp: 'never' }).onsuccess = (e) => { id = e.target.result; };
+        tx.oncomplete = () => { req.result.close(); resolve(id); };
+        tx.onerror = () => reject(tx.error);
+      };
+    }));
+    await h.setNetwork(true);
+    await signOutThroughUi(page);
+    await signIn(page, 'bob');
+    const r = await page.evaluate((id) => window.demo.client.discard(id, 'bob'), corruptId);
+    assert.equal(r.ok, true, JSON.stringify(r));
+    const retried = await page.evaluate((id) => window.demo.client.retry(id, 'bob'), kept.id);
+    assert.equal(retried.ok, false, 'another account\'s record is not bob\'s to recover');
+    assert.deepEqual((await listQueue(page)).map((x) => x.id), [kept.id], 'only the corrupt record went');
+  }));
+
+  test('a never-queued route is sent like any write but answers 503 offline and stores nothing',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openWith(h, { neverQueuePattern: '/merge$' });
+      await h.setNetwork(false);
+      const r = await page.evaluate(() => window.demo.api('POST', '/api/projects/p1/merge', { from: 'a' }));
+      assert.equal(r.status, 503, JSON.stringify(r));
+      assert.equal(r.body.queued, false);
+      assert.match(r.body.error, /never queued/);
+      assert.deepEqual(await listQueue(page), [], 'nothing stored');
+      const normal = await queuedWrite(page, P('p1'), { title: 'an ordinary write is still queued' });
+      assert.ok(normal.id);
+      await h.setNetwork(true);
+    }));
+});

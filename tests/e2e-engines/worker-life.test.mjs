@@ -1,0 +1,112 @@
+// Worker life. Every engine that can stop a service worker from a test (Chromium through
+// CDP, Firefox through its service-worker manager): the persisted session binds writes
+// after the worker was stopped and started again, and a write queued before the stop is
+// replayed once by the restarted worker, with the key of its 202. Every engine:
+// FLUSH_QUEUEs asked for during a flush are coalesced into exactly one more flush (the
+// exact count of flushes where the browser has Background Sync, see the test).
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { lacks } from './engines.mjs';
+import { signInThroughUi } from './harness.mjs';
+import {
+  eventually, forEachEngine, freshStart, listQueue, queuedWrite, withDiagnostics,
+} from './outbox-helpers.mjs';
+
+/** A write from the page without the page's own expected-account header. */
+function bareWrite(page, path, body) {
+  return page.evaluate(async ([p, b]) => {
+    const r = await fetch(p, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': window.demo.state.csrf ?? '' },
+      body: JSON.stringify(b),
+    });
+    return { status: r.status, body: await r.json().catch(() => null) };
+  }, [path, body]);
+}
+
+forEachEngine((engine, harness) => {
+  test('AUTH_SESSION survives a worker stop and binds the next queued write', { skip: lacks(engine, 'stopWorkers') },
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await freshStart(h);
+      await signInThroughUi(page, 'alice');
+      await page.waitForFunction(() => window.demo.sessionSynced === true);
+      const starts = await h.workerStarts();
+      await h.stopWorkers();
+      await h.setNetwork(false);
+      const r = await bareWrite(page, '/api/projects/p1/tasks', { title: 'after restart' });
+      assert.equal(r.status, 202, JSON.stringify(r));
+      await eventually(async () => await h.workerStarts() > starts, { what: 'the write to start the stopped worker again' });
+      const state = await page.evaluate(() => window.demo.client.list());
+      const rec = state.records.find((x) => x.id === r.body.id);
+      assert.ok(rec, `record ${r.body.id} listed: ${JSON.stringify(state)}`);
+      assert.equal(rec.ownerId, 'alice', 'bound to the persisted session, not unknown');
+      assert.equal(rec.workspace, 'p1');
+      await h.setNetwork(true);
+      const flushed = await page.evaluate(() => window.demo.client.flush());
+      assert.equal(flushed.ok, true, JSON.stringify(flushed));
+      const applied = await h.applied();
+      assert.equal(applied.length, 1);
+      assert.equal(applied[0].key, r.body.idempotencyKey);
+    }));
+
+  test('a write queued before a worker stop is replayed once by the restarted worker, with its key', { skip: lacks(engine, 'stopWorkers') },
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await freshStart(h);
+      await signInThroughUi(page, 'alice');
+      await page.waitForFunction(() => window.demo.sessionSynced === true);
+      await h.setNetwork(false);
+      const q = await queuedWrite(page, '/api/projects/p2/tasks', { title: 'queued, then the worker stopped' });
+      const starts = await h.workerStarts();
+      await h.stopWorkers();
+      await h.setNetwork(true);
+      // The next message starts the worker again; its queue is read from IndexedDB.
+      const records = await listQueue(page);
+      await eventually(async () => await h.workerStarts() > starts, { what: 'the command to start the stopped worker again' });
+      assert.deepEqual(records.map((x) => [x.id, x.ownerId, x.state]), [[q.id, 'alice', 'queued']], 'the record survived the stop');
+      const flushed = await page.evaluate(() => window.demo.client.flush());
+      assert.equal(flushed.ok, true, JSON.stringify(flushed));
+      const applied = await eventually(async () => { const a = await h.applied(); return a.length ? a : null; }, { what: 'the replay' });
+      assert.deepEqual(applied.map((a) => [a.user, a.key]), [['alice', q.key]], JSON.stringify(applied));
+      assert.deepEqual(await listQueue(page), []);
+    }));
+
+  test('FLUSH_QUEUEs during a flush run exactly one more flush, not one each', withDiagnostics(harness, async () => {
+    const h = harness();
+    const page = await freshStart(h);
+    await signInThroughUi(page, 'alice');
+    await page.waitForFunction(() => window.demo.sessionSynced === true);
+    await h.setNetwork(false);
+    const n = 40;
+    for (let i = 0; i < n; i += 1) {
+      const r = await bareWrite(page, `/api/projects/p${i % 2}/tasks`, { title: `t${i}` });
+      assert.equal(r.status, 202);
+    }
+    await h.setNetwork(true);
+    const before = (await h.requests()).filter((r) => r.path === '/api/auth/me').length;
+    const results = await page.evaluate(async () => {
+      const c = window.demo.client;
+      const first = c.flush();
+      const more = [c.flush(), c.flush(), c.flush()];
+      return Promise.all([first, ...more]);
+    });
+    for (const r of results) assert.equal(r.ok, true, JSON.stringify(results));
+    if (lacks(engine, 'backgroundSync')) {
+      // Without Background Sync the worker's own retry timer, its offline probe and the
+      // page helper's retries (contract 2.4, 2.6) also flush, on their own schedule: the
+      // first flush may be one of theirs (the test's first FLUSH_QUEUE then shares the
+      // rerun), and a timer may add an identity check after the rerun. What holds: the
+      // three asked during the flush shared one rerun (one answer), and each write went once.
+      assert.ok([n, 0].includes(results[0].affected), `the first FLUSH_QUEUE ran the flush or shared the rerun: ${JSON.stringify(results)}`);
+      assert.deepEqual(results.slice(1).map((r) => r.affected), [0, 0, 0], 'the three asked during the flush shared one rerun');
+    } else {
+      assert.equal(results[0].affected, n, 'the first flush replays the whole queue');
+      const identityChecks = (await h.requests()).filter((r) => r.path === '/api/auth/me').length - before;
+      assert.equal(identityChecks, 2, 'one flush plus exactly one coalesced rerun');
+    }
+    assert.equal((await h.applied()).length, n, 'each write applied once');
+    const keys = new Set((await h.applied()).map((a) => a.key));
+    assert.equal(keys.size, n);
+  }));
+});

@@ -1,0 +1,175 @@
+// A consumer of every export of `sw-outbox` and `sw-outbox/vite`, checked with
+// `tsc --noEmit --strict` against the installed tarball (tests/types/types.test.mjs).
+// It is never run. Each `@ts-expect-error` is a use the declarations must refuse: if a
+// type went loose (e.g. to `any`), that line would compile and tsc would fail on the
+// unused directive.
+import {
+  REPORT_TYPES, OutboxClient, registerOutbox,
+  type AbortWriteCommand, type Answer, type ReadRecordCommand, type RecordAnswer, type ShowRecord, type AttentionReason, type AuthSessionCommand, type BlockReason,
+  type BlockedRecord, type ClearDeviceCommand, type Command, type CommandResult,
+  type CommandType, type FlushQueueCommand, type ListQueueCommand, type MutationQueued,
+  type MutationsBlocked, type MutationsPartial, type MutationsReplayed,
+  type NotQueuedResponseBody, type OfflineResponseBody, type OutboxConfig,
+  type QueueRecord, type QueueState, type QueuedResponseBody, type RebindRecordsCommand,
+  type RecordId, type RecoverRecordCommand, type Report, type ReportType, type RequestId,
+  type SetNotificationsCommand, type WorkerMessage, type WriteMethod,
+} from 'sw-outbox';
+import swOutbox, { type SwOutboxOptions } from 'sw-outbox/vite';
+import type { Plugin } from 'vite';
+
+// ---------------------------------------------------------------- configuration
+
+const config: OutboxConfig = {
+  apiPrefix: '/api/',
+  authRoutePattern: '^/api/auth(/|\\?|$)',
+  authMePath: '/api/auth/me',
+  expectedAccountHeader: 'X-PM-Expected-Account',
+  csrfHeader: 'X-CSRF-Token',
+  workspacePattern: '^/projects/([^/?#]+)',
+  dbName: 'my-outbox',
+  syncTag: 'my-outbox',
+  attemptTimeoutMs: 15000,
+  maxBodyBytes: 1048576,
+  maxRecords: 10000,
+  maxServerFailures: 3,
+  maxRetentionMs: 604800000,
+  flushBudgetMs: 25000,
+  replayConcurrency: 4,
+  precache: ['./', './index.html'],
+  shellUrl: './index.html',
+  notificationUrl: '/',
+  build: 'ignored',
+};
+// @ts-expect-error a timer is a number of milliseconds
+const badConfig: OutboxConfig = { attemptTimeoutMs: '15s' };
+// @ts-expect-error unknown fields are refused (the worker refuses them too)
+const typoConfig: OutboxConfig = { apiPrefx: '/api/' };
+
+// A site's own worker script (typed here in a window program through globalThis).
+globalThis.SW_OUTBOX_CONFIG = config;
+globalThis.SW_OUTBOX_BASE = '/sw-outbox/';
+globalThis.SW_OUTBOX_SHELL_BUILD = 'a1b2c3';
+
+// ---------------------------------------------------------------- the Vite plugin
+
+const options: SwOutboxOptions = {
+  config: { apiPrefix: '/api/', dbName: 'my-outbox' },
+  precache: (files) => files.filter((f) => !f.endsWith('.png')),
+  shellBuild: 'deploy-42',
+  swFileName: 'sw.js',
+  dir: 'sw-outbox',
+};
+const plugins: Plugin[] = [swOutbox(options), swOutbox(), swOutbox({ precache: [] }), swOutbox({ precache: 'bundle' })];
+// @ts-expect-error the shell is the plugin's `precache` option, not a config field
+swOutbox({ config: { precache: ['./'] } });
+// @ts-expect-error precache is 'bundle', a list or a function
+swOutbox({ precache: 'everything' });
+
+// ---------------------------------------------------------------- the page helper
+
+const reportTypes: readonly ReportType[] = REPORT_TYPES;
+
+async function adopter(): Promise<void> {
+  const outbox: OutboxClient = await registerOutbox({
+    scriptUrl: '/sw.js', scope: '/', timeoutMs: 10000, commandTimeoutMs: 60000,
+  });
+  const registration: ServiceWorkerRegistration | undefined = outbox.registration;
+  const persisted: boolean | undefined = await outbox.persisted;
+  const timeout: number = outbox.commandTimeoutMs;
+  // @ts-expect-error internals are private
+  outbox.pending.clear();
+
+  const offBlocked = outbox.on('MUTATIONS_BLOCKED', (m: MutationsBlocked) => {
+    const first: BlockedRecord | undefined = m.blocked[0];
+    const reason: BlockReason | undefined = first?.reason;
+    const method: WriteMethod | null | undefined = first?.method;
+    void [reason, method];
+  });
+  outbox.on('MUTATIONS_REPLAYED', (m: MutationsReplayed) => m.count);
+  outbox.on('MUTATIONS_PARTIAL', (m: MutationsPartial) => m.replayed + m.remaining);
+  outbox.on('MUTATION_QUEUED', (m: MutationQueued) => m.path);
+  outbox.on('SHOW_RECORD', (m: ShowRecord) => m.id);
+  // @ts-expect-error MUTATIONS_REPLAYED carries a count, not a list
+  outbox.on('MUTATIONS_REPLAYED', (m) => m.blocked);
+  // @ts-expect-error not a report type
+  outbox.on('MUTATION_SENT', () => {});
+  const all = (m: WorkerMessage) => {
+    if (m.type === 'COMMAND_RESULT') return m.ok;
+    if (m.type === 'QUEUE_STATE') return m.records.length;
+    if (m.type === 'RECORD') return m.record.bodyEncoding;
+    const report: Report = m;
+    return report.type;
+  };
+  const offAll = outbox.on('*', all);
+  offBlocked();
+  offAll();
+  outbox.off('*', all);
+
+  const session: CommandResult = await outbox.authSession(null);
+  const signed: CommandResult = await outbox.signedIn('alice');
+  const flushed: CommandResult = await outbox.flush();
+  const affected: number | undefined = flushed.affected;
+  const state: QueueState = await outbox.list();
+  const record: QueueRecord | undefined = state.records[0];
+  const attention: AttentionReason | null | undefined = record?.attentionReason;
+  const id: RecordId = record?.id ?? 1;
+  await outbox.adopt('alice');
+  await outbox.adopt('alice', [id]);
+  await outbox.retry(id, 'alice');
+  await outbox.discard(id, 'alice');
+  // @ts-expect-error record ids are numbers
+  await outbox.retry('7', 'alice');
+  await outbox.clearDevice();
+  await outbox.enableNotifications('alice');
+  await outbox.disableNotifications('alice');
+  // A write whose page abort reaches the worker (ABORT_WRITE), and the command itself.
+  const written: Response = await outbox.fetch('/api/notes', {
+    method: 'POST', body: '{}', signal: AbortSignal.timeout(8000),
+  });
+  const aborted: CommandResult = await outbox.abortWrite('order_1234');
+  // A stuck write: read it, then resend it edited (or a refusal).
+  const read: RecordAnswer | CommandResult = await outbox.read(id, 'alice');
+  const readCommand: ReadRecordCommand = { type: 'READ_RECORD', id, ownerId: 'alice' };
+  const edited: CommandResult = await outbox.edit(id, 'alice', '{"title":"shorter"}', { contentType: 'application/json' });
+  // @ts-expect-error an edit carries its body
+  const noBody: Command = { type: 'RECOVER_RECORD', id, ownerId: 'alice', action: 'edit' };
+
+  // send(): typed by the command.
+  const requestId: RequestId = 'r-1';
+  const listed: QueueState = await outbox.send({ type: 'LIST_QUEUE', requestId } satisfies ListQueueCommand);
+  const commands: Command[] = [
+    { type: 'AUTH_SESSION', userId: 'alice' } satisfies AuthSessionCommand,
+    { type: 'FLUSH_QUEUE' } satisfies FlushQueueCommand,
+    { type: 'REBIND_RECORDS', ownerId: 'alice', ids: [1] } satisfies RebindRecordsCommand,
+    { type: 'RECOVER_RECORD', id: 1, ownerId: 'alice', action: 'retry-new' } satisfies RecoverRecordCommand,
+    { type: 'CLEAR_DEVICE' } satisfies ClearDeviceCommand,
+    { type: 'SET_NOTIFICATIONS', userId: 'alice', enabled: true } satisfies SetNotificationsCommand,
+    { type: 'ABORT_WRITE', idempotencyKey: 'k:7f3e' } satisfies AbortWriteCommand,
+  ];
+  // @ts-expect-error RECOVER_RECORD's action is retry-new or discard
+  const badCommand: Command = { type: 'RECOVER_RECORD', id: 1, ownerId: 'alice', action: 'retry' };
+  const answered: CommandResult = await outbox.send({ type: 'FLUSH_QUEUE' });
+  const future: Answer = await outbox.send({ type: 'SOMETHING_NEW', field: 1 }, { timeoutMs: 1000 });
+  const names: CommandType[] = commands.map((c) => c.type);
+
+  // A client made by hand (tests do), attached and detached.
+  const manual = new OutboxClient({ commandTimeoutMs: 5000 });
+  manual.attach();
+  manual.detach();
+
+  // The worker's own HTTP answers, read from a write's response.
+  const response = await fetch('/api/projects/p1/tasks', { method: 'POST', body: '{}' });
+  if (response.status === 202) {
+    const queued: QueuedResponseBody = await response.json();
+    const key: string = queued.idempotencyKey;
+    void key;
+  } else if (response.status === 503) {
+    const body: NotQueuedResponseBody | OfflineResponseBody = await response.json();
+    void body;
+  }
+
+  void [registration, persisted, timeout, session, signed, affected, attention, listed,
+    answered, future, names, badCommand, written, aborted, read, readCommand, edited, noBody];
+}
+
+void [badConfig, typoConfig, plugins, reportTypes, adopter];
