@@ -1,7 +1,7 @@
 //! A flush (contract section 4): identity gate, planner-driven lanes, each answer
 //! classified and persisted before its workspace moves on, then the reports.
 
-use super::http::{discard_body, header, identity, read_bounded, send};
+use super::http::{discard_body, header, identity, read_bounded, send, Deadline};
 use super::{absolute, clients, now_ms, Inner, Trigger};
 use crate::core::answer::{
     classify, expire, settle, AnswerBody, ReplayAnswer, Settlement, Verdict,
@@ -351,7 +351,7 @@ fn credentials_mode(c: Credentials) -> RequestCredentials {
 }
 
 /// The answer as `core::answer::classify` reads it, its body read within bounds.
-async fn read_answer(response: Response) -> Verdict {
+async fn read_answer(response: Response, deadline: &Deadline) -> Verdict {
     let headers = response.headers();
     let retry_after = header(&headers, "Retry-After");
     let replayed = header(&headers, "Idempotent-Replayed")
@@ -362,7 +362,7 @@ async fn read_answer(response: Response) -> Verdict {
         discard_body(&response);
         None
     } else {
-        Some(read_bounded(&response).await)
+        Some(read_bounded(&response, deadline).await)
     };
     let json = body.as_ref().and_then(|b| b.json());
     let answer_body = match (&json, &body) {
@@ -463,7 +463,7 @@ async fn send_one(
         }
         Ok((response, deadline)) => {
             inner.network_answered();
-            let v = read_answer(response).await;
+            let v = read_answer(response, &deadline).await;
             drop(deadline);
             v
         }

@@ -3,12 +3,13 @@
 
 use crate::core::first_attempt::SyntheticAnswer;
 use crate::core::identity::{read_identity, Identity};
+use js_sys::{Array, Promise};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{
-    AbortController, Headers, ReadableStreamDefaultReader, Request, RequestCache,
+    AbortController, AbortSignal, Headers, ReadableStreamDefaultReader, Request, RequestCache,
     RequestCredentials, RequestInit, Response, ResponseInit,
 };
 
@@ -19,10 +20,29 @@ use super::scope;
 pub const MAX_ANSWER_BODY: usize = 64 * 1024;
 
 /// A request in flight or an answer being read: when its timer fires at
-/// `attemptTimeoutMs` it aborts the request's controller, which ends both (the body's
-/// stream errors). Dropping it stops the timer.
+/// `attemptTimeoutMs` it aborts the request's controller, which ends both. Dropping it
+/// stops the timer.
 pub struct Deadline {
     _timer: gloo_timers::callback::Timeout,
+    /// Watched by [`read_bounded`] itself: WebKit does not always error a body's stream
+    /// when its request is aborted after the headers came, so a stalled body would hold
+    /// the queue (and the cross-version lock) past the deadline.
+    signal: AbortSignal,
+}
+
+impl Deadline {
+    /// A promise that settles once the deadline has passed or the request was aborted
+    /// (with the abort event, or `null` if that had already happened).
+    fn passed(&self) -> Promise {
+        if self.signal.aborted() {
+            return Promise::resolve(&JsValue::NULL);
+        }
+        let signal = self.signal.clone();
+        Promise::new(&mut |resolve, _reject| {
+            // The listener is `resolve` itself: no closure to keep alive or free.
+            let _ = signal.add_event_listener_with_callback("abort", &resolve);
+        })
+    }
 }
 
 /// Sends a request that is aborted after `timeout_ms` (or by `controller`, which the
@@ -42,7 +62,10 @@ pub async fn send(
     let request = Request::new_with_str_and_init(url, init)?;
     let on_timeout = controller.clone();
     let timer = gloo_timers::callback::Timeout::new(timeout_ms, move || on_timeout.abort());
-    let deadline = Deadline { _timer: timer };
+    let deadline = Deadline {
+        _timer: timer,
+        signal: controller.signal(),
+    };
     let answer = JsFuture::from(scope().fetch_with_request(&request)).await?;
     Ok((answer.unchecked_into(), deadline))
 }
@@ -75,9 +98,10 @@ impl BoundedBody {
 }
 
 /// Reads an answer's body, at most [`MAX_ANSWER_BODY`] bytes; a server that sends its
-/// headers and then stalls is cut off by the request's deadline (its abort errors the
-/// stream), so a read never holds the queue for longer than `attemptTimeoutMs`.
-pub async fn read_bounded(response: &Response) -> BoundedBody {
+/// headers and then stalls is cut off by the request's deadline: each read races it, so
+/// a read never holds the queue for longer than `attemptTimeoutMs`, whether or not the
+/// engine errors the stream on abort.
+pub async fn read_bounded(response: &Response, deadline: &Deadline) -> BoundedBody {
     let mut bytes: Vec<u8> = Vec::new();
     let Some(stream) = response.body() else {
         return BoundedBody {
@@ -86,10 +110,16 @@ pub async fn read_bounded(response: &Response) -> BoundedBody {
         };
     };
     let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
+    let passed = deadline.passed();
     let complete = loop {
-        let Ok(step) = JsFuture::from(reader.read()).await else {
+        let next = Promise::race(&Array::of2(&reader.read(), &passed));
+        let Ok(step) = JsFuture::from(next).await else {
             break false;
         };
+        // Whatever won the race, an aborted request's body is incomplete.
+        if deadline.signal.aborted() {
+            break false;
+        }
         let done = js_sys::Reflect::get(&step, &"done".into())
             .map(|d| d.is_truthy())
             .unwrap_or(true);
@@ -110,10 +140,13 @@ pub async fn read_bounded(response: &Response) -> BoundedBody {
         }
         bytes.extend_from_slice(&chunk.to_vec());
     };
-    if !complete {
+    if complete {
+        reader.release_lock();
+    } else {
+        // Not awaited, and the lock is not released: a read may still be pending, and
+        // the answer is dropped anyway.
         let _ = reader.cancel();
     }
-    reader.release_lock();
     BoundedBody {
         text: String::from_utf8_lossy(&bytes).into_owned(),
         complete,
@@ -152,7 +185,7 @@ pub async fn identity(
     let (response, deadline) = send(&init, url, timeout_ms, None).await.ok()?;
     let csrf = header(&response.headers(), "X-CSRF-Token");
     let status = response.status();
-    let body = read_bounded(&response).await;
+    let body = read_bounded(&response, &deadline).await;
     drop(deadline);
     if !body.complete {
         return None;

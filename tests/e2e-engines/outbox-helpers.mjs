@@ -51,7 +51,10 @@ export async function waitForFlushReports(page, { timeout = 30000, signedIn = tr
     for (let i = 0; i < all.length; i += 1) {
       if (all[i].type !== 'MUTATIONS_REPLAYED' && all[i].type !== 'MUTATIONS_PARTIAL') continue;
       const blocked = all.slice(0, i).reverse().find((m) => m.type === 'MUTATIONS_BLOCKED');
-      if (under && blocked?.blocked.some((b) => b.reason === 'no-session')) continue;
+      // Every flush reports MUTATIONS_BLOCKED before its summary: a summary without one
+      // is the end of a flush that began before the reports were cleared.
+      if (!blocked) continue;
+      if (under && blocked.blocked.some((b) => b.reason === 'no-session')) continue;
       return { blocked, summary: all[i], all };
     }
     return null;
