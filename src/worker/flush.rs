@@ -32,14 +32,27 @@ pub struct FlushOutcome {
     pub retry_later: bool,
 }
 
+/// A caller waiting for the flush after the running one: `seen` is how many records the
+/// running flush had replayed when it asked.
+pub(super) struct Waiter {
+    tx: oneshot::Sender<FlushOutcome>,
+    seen: usize,
+}
+
 /// Asks for a flush. One runs at a time; asking during one schedules exactly one more
-/// after it, which every caller that asked meanwhile shares.
+/// after it, which every caller that asked meanwhile shares. A caller that joined is
+/// answered with what the rerun replayed plus what the running flush replayed after it
+/// asked: a page's `FLUSH_QUEUE` that meets a `sync` flush under way still counts the
+/// records that flush delivered for it.
 pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let waiting = {
         let mut st = inner.flush.borrow_mut();
         if st.running {
             let (tx, rx) = oneshot::channel();
-            st.again.get_or_insert_with(Vec::new).push(tx);
+            let seen = st.replayed_now;
+            st.again
+                .get_or_insert_with(Vec::new)
+                .push(Waiter { tx, seen });
             Some(rx)
         } else {
             st.running = true;
@@ -56,16 +69,18 @@ pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         Some(waiters) => {
             // The rerun is kept alive by the events of the callers waiting for it.
             let inner = inner.clone();
+            let mut waiters = carried(waiters, &first);
             wasm_bindgen_futures::spawn_local(async move {
-                let mut waiters = waiters;
                 loop {
                     let out = run_in_chain(&inner, Trigger::Page).await;
-                    for w in waiters {
-                        let _ = w.send(out.clone());
+                    for (tx, carry) in waiters {
+                        let mut o = out.clone();
+                        o.replayed += carry;
+                        let _ = tx.send(o);
                     }
                     let next = inner.flush.borrow_mut().again.take();
                     match next {
-                        Some(w) => waiters = w,
+                        Some(w) => waiters = carried(w, &out),
                         None => {
                             inner.flush.borrow_mut().running = false;
                             break;
@@ -76,6 +91,17 @@ pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         }
     }
     first
+}
+
+/// What the flush the waiters joined replayed after each asked.
+fn carried(
+    waiters: Vec<Waiter>,
+    joined: &FlushOutcome,
+) -> Vec<(oneshot::Sender<FlushOutcome>, usize)> {
+    waiters
+        .into_iter()
+        .map(|w| (w.tx, joined.replayed.saturating_sub(w.seen)))
+        .collect()
 }
 
 async fn run_in_chain(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
@@ -103,6 +129,7 @@ struct Who {
 
 /// One flush. Runs inside the chain.
 async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
+    inner.flush.borrow_mut().replayed_now = 0;
     let cfg = &inner.config;
     let store = &inner.store;
     let started = now_ms();
@@ -222,7 +249,9 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             if sent.attention.is_some() {
                 first_attention = Some(first_attention.map_or(sent.id, |f| f.min(sent.id)));
             }
+            let before = replay.replayed();
             replay.on_outcome(sent.id, &sent.verdict, sent.attention);
+            inner.flush.borrow_mut().replayed_now += replay.replayed() - before;
             if !sent.persisted {
                 // Its new state is not stored: stop between records rather than let the
                 // workspace move on past an unrecorded outcome.
@@ -270,7 +299,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
 
 /// Every stored value, with values under foreign keys given ids first so that they are
 /// reported (`corrupt-record`) instead of counted but invisible.
-async fn read_all(inner: &Inner) -> Result<Vec<QueueItem>, crate::store::idb::IdbError> {
+pub(super) async fn read_all(inner: &Inner) -> Result<Vec<QueueItem>, crate::store::idb::IdbError> {
     let (items, foreign) = inner.store.read_queue().await?;
     if foreign == 0 {
         return Ok(items);

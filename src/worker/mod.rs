@@ -25,7 +25,6 @@ use crate::core::config::Config;
 use crate::core::route::{classify, RequestKind};
 use crate::store::Store;
 use chain::FifoLock;
-use futures_channel::oneshot;
 use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
@@ -56,8 +55,11 @@ pub(crate) fn now_ms() -> u64 {
 #[derive(Default)]
 struct FlushState {
     running: bool,
+    /// Records the running flush has replayed so far, so a caller who joins it midway
+    /// is told only about those replayed after it asked.
+    replayed_now: usize,
     /// Callers waiting for the one extra flush that runs after the current one.
-    again: Option<Vec<oneshot::Sender<FlushOutcome>>>,
+    again: Option<Vec<flush::Waiter>>,
 }
 
 pub(crate) struct Inner {

@@ -158,7 +158,9 @@ forEachEngine((engine, harness) => {
     await h.setNetwork(true);
     const flushed = await page.evaluate(() => window.site.client.flush());
     assert.equal(flushed.ok, true, JSON.stringify(flushed));
-    assert.equal(flushed.affected, 1);
+    // A background flush (the worker's offline probe) may have delivered it before this
+    // command arrived; what matters is that it was applied once and left the queue.
+    assert.ok(flushed.affected <= 1, JSON.stringify(flushed));
     const applied = await h.applied();
     assert.equal(applied.length, 1, JSON.stringify(applied));
     assert.equal(applied[0].user, 'alice');

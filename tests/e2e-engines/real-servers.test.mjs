@@ -223,6 +223,24 @@ forEachEngine((engine, harness) => {
         'the flush stopped at the second refusal; the next one delivered it');
     }));
 
+  test('a 409 account_mismatch mid-flush checks the identity again once and resends under the same account',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openWith(h, {});
+      await h.setNetwork(false);
+      const w = await queuedWrite(page, P('p1'), { title: 'replayed after the session was renewed elsewhere' });
+      await h.control('faults', { rules: [{ path: P('p1'), method: 'POST', kind: 'status', status: 409, detail: 'account_mismatch', times: 1 }] });
+      await h.setNetwork(true);
+      const r = await flush(page);
+      assert.equal(r.ok, true, JSON.stringify(r));
+      // Within this one flush, not by a later retry: a plain 409 would leave it for the next.
+      assert.equal(r.affected, 1, JSON.stringify(r));
+      assert.deepEqual((await h.applied()).map((x) => [x.key, x.user]), [[w.key, 'alice']], 'applied once, as alice');
+      const answered = (await sentWithKey(h, w.key)).filter((x) => x.status !== null).map((x) => x.status);
+      assert.deepEqual(answered, [409, 201], 'refused, checked again, resent once; never rejected');
+      assert.deepEqual(await listQueue(page), [], 'nothing left for a person');
+    }));
+
   test('page keys of other shapes go through the reference server and are replayed under that key',
     withDiagnostics(harness, async () => {
       const h = harness();

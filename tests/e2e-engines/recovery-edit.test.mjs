@@ -98,6 +98,50 @@ forEachEngine((engine, harness) => {
     assert.deepEqual((await listQueue(page)).map((x) => x.id), [kept.id], 'only the corrupt record went');
   }));
 
+  test('a value stored under a key the outbox never gives is listed by LIST_QUEUE and can be discarded',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openWith(h, {});
+      await h.setNetwork(false);
+      const kept = await queuedWrite(page, P('p1'), { title: 'kept' });
+      // Another script (an old build, a devtools edit) put a value under a string key.
+      await page.evaluate(() => new Promise((resolve, reject) => {
+        const req = indexedDB.open('sw-outbox');
+        req.onsuccess = () => {
+          const tx = req.result.transaction('mutations', 'readwrite');
+          tx.objectStore('mutations').put({ id: 'planted-by-hand', method: 'POST', path: '/projects/p1/tasks' });
+          tx.oncomplete = () => { req.result.close(); resolve(); };
+          tx.onerror = () => reject(tx.error);
+        };
+        req.onerror = () => reject(req.error);
+      }));
+      // No flush first: the list alone must show it, with an id a page can name.
+      const listed = await listQueue(page);
+      const strange = listed.filter((x) => x.id !== kept.id);
+      assert.equal(strange.length, 1, `the planted value is listed: ${JSON.stringify(listed)}`);
+      assert.equal(strange[0].state, 'corrupt', JSON.stringify(strange[0]));
+      assert.equal(typeof strange[0].id, 'number');
+      assert.ok(strange[0].id > kept.id, 'given a new id after every record');
+
+      await h.setNetwork(true); // a discard is checked with the server's /auth/me
+      const r = await page.evaluate((id) => window.demo.client.discard(id, 'alice'), strange[0].id);
+      assert.equal(r.ok, true, JSON.stringify(r));
+      assert.deepEqual((await listQueue(page)).map((x) => x.id).filter((id) => id !== kept.id), [], 'the planted value went');
+      const keys = await page.evaluate(() => new Promise((resolve, reject) => {
+        const req = indexedDB.open('sw-outbox');
+        req.onsuccess = () => {
+          const all = req.result.transaction('mutations').objectStore('mutations').getAllKeys();
+          all.onsuccess = () => { req.result.close(); resolve(all.result); };
+          all.onerror = () => reject(all.error);
+        };
+        req.onerror = () => reject(req.error);
+      }));
+      // (kept may be gone already: the worker's offline probe flushes once the server answers.)
+      assert.deepEqual(keys.filter((k) => k !== kept.id), [], `nothing is left under the foreign key either: ${JSON.stringify(keys)}`);
+      await flush(page);
+      assert.deepEqual((await h.applied()).map((x) => x.key), [kept.key], 'the kept record is applied once');
+    }));
+
   test('a never-queued route is sent like any write but answers 503 offline and stores nothing',
     withDiagnostics(harness, async () => {
       const h = harness();

@@ -405,4 +405,32 @@ forEachEngine((engine, harness) => {
     const last = writesIn(await h.requests(), flushAt).filter((s) => s.key === a.key).pop();
     assert.equal(last.status, 201, 'the worker\'s second replay of a got the stored 201');
   }));
+
+  test('a FLUSH_QUEUE that meets a flush under way counts what that flush delivered after it asked',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await freshStart(h);
+      await signIn(page, 'alice');
+      await h.setNetwork(false);
+      const w = await queuedWrite(page, P('p1'), { title: 'delivered by the flush already running' });
+      // The server holds the replay 3 s; the second FLUSH_QUEUE is sent 0.8 s into it.
+      await h.control('faults', { rules: [{ path: P('p1'), method: 'POST', kind: 'delay', delayMs: 3000, times: 1 }] });
+      const since = await lastSeq(h);
+      await h.setNetwork(true);
+      // Both from the page: a WebDriver session runs one script at a time.
+      const [first, joined, underWay] = await page.evaluate(async () => {
+        const a = window.demo.client.flush();
+        await new Promise((r) => setTimeout(r, 800));
+        const state = await (await fetch('/__control/requests', { cache: 'no-store' })).json();
+        const b = await window.demo.client.flush();
+        return [await a, b, state.requests];
+      });
+      assert.ok(writesIn(underWay, since).some((r) => r.key === w.key && r.status === null),
+        `the replay was under way when the second flush was asked: ${JSON.stringify(underWay)}`);
+      assert.equal(joined.ok, true, JSON.stringify(joined));
+      assert.equal(joined.affected, 1, `the flush it joined delivered the write: ${JSON.stringify(joined)}`);
+      assert.equal(first.affected, 1, JSON.stringify(first));
+      assert.deepEqual((await h.applied()).map((x) => x.key), [w.key], 'applied once');
+      assert.deepEqual(await listQueue(page), []);
+    }));
 });
