@@ -313,9 +313,11 @@ forEachEngine((engine, harness) => {
       const part1 = await watchConcurrentKeys(h, async () => {
         const [r1, r2] = await Promise.all([flush(page), flush(page2)]);
         assert.equal(r1.ok && r2.ok, true, `${JSON.stringify(r1)} ${JSON.stringify(r2)}`);
-        // A sync event started by the queued writes may have replayed some first: each
-        // record is counted by at most one flush.
-        assert.ok(r1.affected + r2.affected <= first.length, `${r1.affected} + ${r2.affected} replayed of ${first.length}`);
+        // A sync event started by the queued writes may have replayed some first, and a
+        // FLUSH_QUEUE that joins a flush under way also counts what that flush delivers after
+        // it asked (docs/PROTOCOL.md): each tab counts at most the queue, and sending once is
+        // checked on the wire below.
+        for (const r of [r1, r2]) assert.ok(r.affected <= first.length, `${r1.affected}, ${r2.affected} replayed of ${first.length}`);
       });
       assert.deepEqual(await listQueue(page), []);
       let applied = await h.applied();

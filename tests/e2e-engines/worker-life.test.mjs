@@ -96,15 +96,20 @@ forEachEngine((engine, harness) => {
       // Without Background Sync the worker's own retry timer, its offline probe and the
       // page helper's retries (contract 2.4, 2.6) also flush, on their own schedule: the
       // first flush may be one of theirs (the test's first FLUSH_QUEUE then shares the
-      // rerun), and a timer may add an identity check after the rerun. What holds: the
-      // three asked during the flush shared one rerun (one answer), and each write went once.
-      assert.ok([n, 0].includes(results[0].affected), `the first FLUSH_QUEUE ran the flush or shared the rerun: ${JSON.stringify(results)}`);
-      assert.deepEqual(results.slice(1).map((r) => r.affected), [0, 0, 0], 'the three asked during the flush shared one rerun');
+      // rerun), and a timer may add an identity check after the rerun. What holds: each
+      // write went once, and no caller is told of more than the queue held.
+      assert.ok(results[0].affected <= n, `the first FLUSH_QUEUE ran the flush or joined it: ${JSON.stringify(results)}`);
     } else {
       assert.equal(results[0].affected, n, 'the first flush replays the whole queue');
       const identityChecks = (await h.requests()).filter((r) => r.path === '/api/auth/me').length - before;
       assert.equal(identityChecks, 2, 'one flush plus exactly one coalesced rerun');
     }
+    // A FLUSH_QUEUE that joins a flush under way is answered what the rerun delivered plus
+    // what the running flush delivered after it asked (docs/PROTOCOL.md, FLUSH_QUEUE): the
+    // three, asked in this order, see the same flush from later and later points.
+    const joined = results.slice(1).map((r) => r.affected);
+    assert.ok(joined.every((a) => a >= 0 && a <= n), `each joined caller counts at most the queue: ${JSON.stringify(results)}`);
+    assert.ok(joined[0] >= joined[1] && joined[1] >= joined[2], `a caller that asked later is told no more: ${JSON.stringify(results)}`);
     assert.equal((await h.applied()).length, n, 'each write applied once');
     const keys = new Set((await h.applied()).map((a) => a.key));
     assert.equal(keys.size, n);
