@@ -56,6 +56,7 @@ pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             Some(rx)
         } else {
             st.running = true;
+            st.replayed_now = 0;
             None
         }
     };
@@ -63,34 +64,39 @@ pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         return rx.await.unwrap_or_default();
     }
     let first = run_in_chain(inner, trigger).await;
-    let again = inner.flush.borrow_mut().again.take();
-    match again {
-        None => inner.flush.borrow_mut().running = false,
-        Some(waiters) => {
-            // The rerun is kept alive by the events of the callers waiting for it.
-            let inner = inner.clone();
-            let mut waiters = carried(waiters, &first);
-            wasm_bindgen_futures::spawn_local(async move {
-                loop {
-                    let out = run_in_chain(&inner, Trigger::Page).await;
-                    for (tx, carry) in waiters {
-                        let mut o = out.clone();
-                        o.replayed += carry;
-                        let _ = tx.send(o);
-                    }
-                    let next = inner.flush.borrow_mut().again.take();
-                    match next {
-                        Some(w) => waiters = carried(w, &out),
-                        None => {
-                            inner.flush.borrow_mut().running = false;
-                            break;
-                        }
-                    }
+    if let Some(waiters) = next_waiters(inner) {
+        // The rerun is kept alive by the events of the callers waiting for it.
+        let inner = inner.clone();
+        let mut waiters = carried(waiters, &first);
+        wasm_bindgen_futures::spawn_local(async move {
+            loop {
+                let out = run_in_chain(&inner, Trigger::Page).await;
+                for (tx, carry) in waiters {
+                    let mut o = out.clone();
+                    o.replayed += carry;
+                    let _ = tx.send(o);
                 }
-            });
-        }
+                match next_waiters(&inner) {
+                    Some(w) => waiters = carried(w, &out),
+                    None => break,
+                }
+            }
+        });
     }
     first
+}
+
+/// After a flush: the callers the next run serves, or `None` when nobody asked (flushing
+/// stops). The next run is committed here, synchronously, so its count starts at 0 now: a
+/// caller who joins while that run still waits for the queue's chain has seen none of it.
+fn next_waiters(inner: &Inner) -> Option<Vec<Waiter>> {
+    let mut st = inner.flush.borrow_mut();
+    let next = st.again.take();
+    match next {
+        Some(_) => st.replayed_now = 0,
+        None => st.running = false,
+    }
+    next
 }
 
 /// What the flush the waiters joined replayed after each asked.
@@ -129,7 +135,6 @@ struct Who {
 
 /// One flush. Runs inside the chain.
 async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
-    inner.flush.borrow_mut().replayed_now = 0;
     let cfg = &inner.config;
     let store = &inner.store;
     let started = now_ms();
@@ -249,9 +254,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             if sent.attention.is_some() {
                 first_attention = Some(first_attention.map_or(sent.id, |f| f.min(sent.id)));
             }
-            let before = replay.replayed();
             replay.on_outcome(sent.id, &sent.verdict, sent.attention);
-            inner.flush.borrow_mut().replayed_now += replay.replayed() - before;
+            inner.flush.borrow_mut().replayed_now = replay.replayed();
             if !sent.persisted {
                 // Its new state is not stored: stop between records rather than let the
                 // workspace move on past an unrecorded outcome.

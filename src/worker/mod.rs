@@ -55,8 +55,9 @@ pub(crate) fn now_ms() -> u64 {
 #[derive(Default)]
 struct FlushState {
     running: bool,
-    /// Records the running flush has replayed so far, so a caller who joins it midway
-    /// is told only about those replayed after it asked.
+    /// Records the current run has replayed so far (0 from the moment the run is
+    /// committed, see `flush::next_waiters`), so a caller who joins it midway is told
+    /// only about those replayed after it asked.
     replayed_now: usize,
     /// Callers waiting for the one extra flush that runs after the current one.
     again: Option<Vec<flush::Waiter>>,
