@@ -6,9 +6,11 @@ use js_sys::{Object, Reflect, Uint8Array};
 use serde_json::Value;
 use std::rc::Rc;
 use sw_outbox::core::key::IdempotencyKey;
-use sw_outbox::core::record::{NewRecord, RecordId, RecordState, WriteParts};
+use sw_outbox::core::record::{AttentionReason, NewRecord, RecordId, RecordState, WriteParts};
 use sw_outbox::core::route::Patterns;
-use sw_outbox::store::{idb, EnqueueFailure, Generation, Pending, QueueItem, Store};
+use sw_outbox::store::{
+    idb, EnqueueFailure, Generation, Pending, QueueItem, ReplayStep, StepDone, Store,
+};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -181,6 +183,96 @@ async fn a_batch_is_stored_whole_in_id_order_with_exact_bytes() {
     let again = records(queue(&store).await);
     assert_eq!(again[0].first_sent_at, Some(4242), "and never moved");
     assert_eq!(again[0].attempts, 2);
+}
+
+/// A flush's steps of one moment go in one transaction: marks, deletes and settles of
+/// several lanes, each answered on its own, one generation change for the deletes.
+#[wasm_bindgen_test]
+async fn replay_steps_of_several_lanes_commit_together_and_answer_each() {
+    let store = open(&unique("steps")).await;
+    let ids: Vec<RecordId> = enqueue(
+        &store,
+        vec![
+            pending("/projects/p1/tasks", Some("alice"), b"one"),
+            pending("/projects/p2/tasks", Some("alice"), b"two"),
+            pending("/projects/p3/tasks", Some("alice"), b"three"),
+        ],
+        10,
+    )
+    .await
+    .into_iter()
+    .map(|r| r.expect("stored"))
+    .collect();
+    let g0 = store.generation().await.expect("reads");
+    let mut settled = records(queue(&store).await).remove(1);
+    settled.state = RecordState::NeedsAttention(AttentionReason::Rejected);
+    let (before, done) = store
+        .replay_steps(vec![
+            ReplayStep::Begin {
+                id: ids[0],
+                now_ms: 77,
+                first_send: true,
+            },
+            ReplayStep::Update(ids[1], settled.mutable_fields()),
+            ReplayStep::Delete(ids[2]),
+            ReplayStep::Begin {
+                id: RecordId(ids[2].0 + 100),
+                now_ms: 77,
+                first_send: true,
+            },
+            ReplayStep::Update(RecordId(ids[2].0 + 100), settled.mutable_fields()),
+        ])
+        .await
+        .expect("one transaction commits");
+    assert_eq!(
+        before,
+        Some(g0),
+        "the deletes applied to the generation read"
+    );
+    assert_eq!(
+        store.generation().await.expect("reads"),
+        g0.next(false),
+        "one change for the batch"
+    );
+    assert_eq!(done.len(), 5, "one answer per step, in order");
+    match &done[0] {
+        StepDone::Begun(Some((meta, Some(body)))) => {
+            assert_eq!(meta.id, ids[0]);
+            assert_eq!(meta.first_sent_at, Some(77));
+            assert_eq!(Uint8Array::new(body).to_vec(), b"one".to_vec());
+        }
+        other => panic!("the first record is read with its body: {other:?}"),
+    }
+    assert!(matches!(done[1], StepDone::Updated(true)), "{:?}", done[1]);
+    assert!(matches!(done[2], StepDone::Deleted), "{:?}", done[2]);
+    assert!(
+        matches!(done[3], StepDone::Begun(None)),
+        "a record that is gone is not sent, and fails nothing else: {:?}",
+        done[3]
+    );
+    assert!(matches!(done[4], StepDone::Updated(false)), "{:?}", done[4]);
+    let left = records(queue(&store).await);
+    assert_eq!(
+        left.iter().map(|m| m.id).collect::<Vec<_>>(),
+        ids[..2].to_vec()
+    );
+    assert_eq!(left[0].first_sent_at, Some(77), "the mark is stored");
+    assert_eq!(left[0].attempts, 1);
+    assert_eq!(
+        left[1].state,
+        RecordState::NeedsAttention(AttentionReason::Rejected),
+        "the settle is stored"
+    );
+    assert_eq!(
+        body_of(&store, ids[2]).await,
+        Vec::<u8>::new(),
+        "the body went with it"
+    );
+    assert_eq!(
+        body_of(&store, ids[0]).await,
+        b"one".to_vec(),
+        "no body is rewritten"
+    );
 }
 
 #[wasm_bindgen_test]

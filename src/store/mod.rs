@@ -18,7 +18,7 @@ use crate::core::record::{
 };
 use crate::core::route::Patterns;
 use futures_channel::mpsc;
-use idb::{done, failed, request, IdbError};
+use idb::{done, failed, request, IdbError, RequestFuture};
 use js_sys::{Object, Reflect, Uint8Array};
 use serde::Serialize;
 use std::cell::RefCell;
@@ -134,6 +134,33 @@ pub struct Pending {
     pub record: NewRecord,
     pub body: Option<Uint8Array>,
     pub clears: u64,
+}
+
+/// One step of a replay, stored with the others due at the same moment
+/// ([`Store::replay_steps`]).
+#[derive(Debug, Clone)]
+pub enum ReplayStep {
+    /// Mark in flight (`attempts` + 1, `firstSentAt` when `None`) and read the record and
+    /// its body for the request. `first_send`: the caller knows it was never sent.
+    Begin {
+        id: RecordId,
+        now_ms: u64,
+        first_send: bool,
+    },
+    /// The record and its body go (a replayed write).
+    Delete(RecordId),
+    /// The record's new state over its stored metadata; the body is untouched.
+    Update(RecordId, MutableFields),
+}
+
+/// What a [`ReplayStep`] found, once its transaction committed.
+#[derive(Debug)]
+pub enum StepDone {
+    /// The record as marked, with its body; `None` when it is gone or unreadable.
+    Begun(Option<(RecordMeta, Option<JsValue>)>),
+    Deleted,
+    /// Whether the record was still there to update.
+    Updated(bool),
 }
 
 /// Why a batch member was not stored.
@@ -492,46 +519,159 @@ impl Store {
             .unwrap_or(0.0) as u64)
     }
 
-    /// Marks a record in flight (`attempts` + 1, and `firstSentAt` when it is sent for
-    /// the first time) and returns its metadata and body for the request, in one
-    /// transaction committed before the request goes out. `first_send`: the caller
-    /// knows it was never sent, and the commit is strict, since losing that time could
-    /// let a replay run after the server's key window. `None` when the record is gone or
-    /// no longer readable.
+    /// Marks a record in flight and reads it for its request: [`ReplayStep::Begin`] alone.
     pub async fn begin_send(
         &self,
         id: RecordId,
         now_ms: u64,
         first_send: bool,
     ) -> Result<Option<(RecordMeta, Option<JsValue>)>, IdbError> {
-        let key = key_of(id);
-        let tx = self.tx(
-            &[MUTATIONS, BODIES],
-            IdbTransactionMode::Readwrite,
+        let step = ReplayStep::Begin {
+            id,
+            now_ms,
             first_send,
-        )?;
-        let committed = done(&tx);
-        let store = Self::store(&tx, MUTATIONS)?;
-        let body = request(Self::store(&tx, BODIES)?.get(&key).map_err(failed)?);
-        let value = request(store.get(&key).map_err(failed)?).await?;
-        let Some(QueueItem::Record(mut meta)) = read_item(&key, &value, &*self.patterns) else {
-            let _ = tx.abort();
-            return Ok(None);
         };
-        meta.attempts = meta.attempts.saturating_add(1);
-        if meta.first_sent_at.is_none() {
-            meta.first_sent_at = Some(now_ms);
+        match self.replay_steps(vec![step]).await?.1.pop() {
+            Some(StepDone::Begun(found)) => Ok(found),
+            _ => Ok(None),
         }
-        let patch: Object = to_js(&meta.mutable_fields())?.unchecked_into();
-        Object::assign(value.unchecked_ref(), &patch);
-        request(store.put(&value).map_err(failed)?).await?;
-        let mut body = body.await?;
-        if body.is_undefined() {
-            // A record whose body was never moved out (written by hand, say).
-            body = Reflect::get(&value, &"body".into()).unwrap_or(JsValue::NULL);
+    }
+
+    /// Stores the steps of a replay that are due at the same moment in one transaction
+    /// (group commit: a transaction per step serialised the lanes of a flush on
+    /// IndexedDB), and answers each in order once it committed. Strict when a step
+    /// records a first send (losing that time could let a replay run after the server's
+    /// key window); relaxed otherwise, as a lost delete or settle only replays a record
+    /// again under its key. Also returns the generation the deletes applied to, if any.
+    pub async fn replay_steps(
+        &self,
+        steps: Vec<ReplayStep>,
+    ) -> Result<(Option<Generation>, Vec<StepDone>), IdbError> {
+        let strict = steps.iter().any(|s| {
+            matches!(
+                s,
+                ReplayStep::Begin {
+                    first_send: true,
+                    ..
+                }
+            )
+        });
+        let deletes = steps.iter().any(|s| matches!(s, ReplayStep::Delete(_)));
+        let names: &[&str] = if deletes {
+            &[MUTATIONS, BODIES, SESSION]
+        } else {
+            &[MUTATIONS, BODIES]
+        };
+        let tx = self.tx(names, IdbTransactionMode::Readwrite, strict)?;
+        let committed = done(&tx);
+        match self.steps_in(&tx, steps, deletes).await {
+            Ok(out) => {
+                committed.await?;
+                Ok(out)
+            }
+            Err(e) => {
+                // Nothing of a batch that failed midway is kept.
+                let _ = tx.abort();
+                Err(e)
+            }
         }
-        committed.await?;
-        Ok(Some((meta, body_bytes(body))))
+    }
+
+    async fn steps_in(
+        &self,
+        tx: &IdbTransaction,
+        steps: Vec<ReplayStep>,
+        deletes: bool,
+    ) -> Result<(Option<Generation>, Vec<StepDone>), IdbError> {
+        let store = Self::store(tx, MUTATIONS)?;
+        let bodies = Self::store(tx, BODIES)?;
+        // Every read is asked for first, so the transaction has requests pending until the
+        // last write is made; each write is made as its read arrives.
+        let generation = if deletes {
+            let session = Self::store(tx, SESSION)?;
+            let get = request(session.get(&GENERATION_KEY.into()).map_err(failed)?);
+            Some((session, get))
+        } else {
+            None
+        };
+        enum Reading {
+            Begin(JsValue, RequestFuture, RequestFuture, u64),
+            Deleted,
+            Update(RequestFuture, MutableFields),
+        }
+        let mut reads = Vec::with_capacity(steps.len());
+        for step in steps {
+            reads.push(match step {
+                ReplayStep::Begin { id, now_ms, .. } => {
+                    let key = key_of(id);
+                    let body = request(bodies.get(&key).map_err(failed)?);
+                    let value = request(store.get(&key).map_err(failed)?);
+                    Reading::Begin(key, value, body, now_ms)
+                }
+                ReplayStep::Delete(id) => {
+                    let key = key_of(id);
+                    store.delete(&key).map_err(failed)?;
+                    bodies.delete(&key).map_err(failed)?;
+                    Reading::Deleted
+                }
+                ReplayStep::Update(id, fields) => {
+                    let key = key_of(id);
+                    let value = request(store.get(&key).map_err(failed)?);
+                    Reading::Update(value, fields)
+                }
+            });
+        }
+        let before = match generation {
+            Some((session, get)) => {
+                let before = Generation::read(&get.await?);
+                session.put(&before.next(false).to_js()?).map_err(failed)?;
+                Some(before)
+            }
+            None => None,
+        };
+        let mut out = Vec::with_capacity(reads.len());
+        for reading in reads {
+            out.push(match reading {
+                Reading::Deleted => StepDone::Deleted,
+                Reading::Update(value, fields) => {
+                    let value = value.await?;
+                    if value.is_object() {
+                        let patch: Object = to_js(&fields)?.unchecked_into();
+                        Object::assign(value.unchecked_ref(), &patch);
+                        store.put(&value).map_err(failed)?;
+                        StepDone::Updated(true)
+                    } else {
+                        StepDone::Updated(false)
+                    }
+                }
+                Reading::Begin(key, value, body, now_ms) => {
+                    let value = value.await?;
+                    let mut body = body.await?;
+                    match read_item(&key, &value, &*self.patterns) {
+                        Some(QueueItem::Record(mut meta)) => {
+                            // Marked (`attempts` + 1, `firstSentAt` the first time) in the
+                            // transaction that commits before the request goes out.
+                            meta.attempts = meta.attempts.saturating_add(1);
+                            if meta.first_sent_at.is_none() {
+                                meta.first_sent_at = Some(now_ms);
+                            }
+                            let patch: Object = to_js(&meta.mutable_fields())?.unchecked_into();
+                            Object::assign(value.unchecked_ref(), &patch);
+                            store.put(&value).map_err(failed)?;
+                            if body.is_undefined() {
+                                // A record whose body was never moved out (written by hand, say).
+                                body =
+                                    Reflect::get(&value, &"body".into()).unwrap_or(JsValue::NULL);
+                            }
+                            StepDone::Begun(Some((meta, body_bytes(body))))
+                        }
+                        // Gone (cleared) or no longer readable: nothing to send.
+                        _ => StepDone::Begun(None),
+                    }
+                }
+            });
+        }
+        Ok((before, out))
     }
 
     /// A record's body as stored (for reading it back), `None` when it has none.
@@ -584,18 +724,10 @@ impl Store {
 
     /// Deletes a record and its body. Returns the generation the change applied to.
     pub async fn delete(&self, id: RecordId) -> Result<Generation, IdbError> {
-        let tx = self.tx(
-            &[MUTATIONS, BODIES, SESSION],
-            IdbTransactionMode::Readwrite,
-            false,
-        )?;
-        let committed = done(&tx);
-        let key = key_of(id);
-        Self::store(&tx, MUTATIONS)?.delete(&key).map_err(failed)?;
-        Self::store(&tx, BODIES)?.delete(&key).map_err(failed)?;
-        let before = bump(&Self::store(&tx, SESSION)?, false).await?;
-        committed.await?;
-        Ok(before)
+        match self.replay_steps(vec![ReplayStep::Delete(id)]).await? {
+            (Some(before), _) => Ok(before),
+            (None, _) => Err(IdbError::Failed("no generation read".into())),
+        }
     }
 
     async fn get_session_value(&self, key: &str) -> Result<JsValue, IdbError> {

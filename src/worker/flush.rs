@@ -1,7 +1,9 @@
 //! A flush (contract section 4): identity gate, planner-driven lanes, each answer
-//! classified and persisted before its workspace moves on, then the reports.
+//! classified and its new state stored before anything later in its workspace is sent
+//! (`worker::steps`), then the reports.
 
 use super::http::{discard_body, header, identity, read_bounded, send, Deadline};
+use super::steps::StepResult;
 use super::{absolute, clients, now_ms, Inner, Trigger};
 use crate::core::answer::{
     classify, expire, settle, AnswerBody, ReplayAnswer, Settlement, Verdict,
@@ -14,7 +16,7 @@ use crate::core::planner::{PlanItem, Replay};
 use crate::core::record::{AttentionReason, Credentials, RecordId, RecordMeta};
 use crate::core::route::{record_is_auth_route, replay_path};
 use crate::protocol::{BlockedEntry, Outgoing};
-use crate::store::{next, QueueItem};
+use crate::store::{next, QueueItem, ReplayStep, StepDone};
 use futures_channel::{mpsc, oneshot};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -219,6 +221,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         };
         let lanes = cfg.replay_concurrency as usize;
         let (tx, mut rx) = mpsc::unbounded::<Sent>();
+        let mut unsettled = Vec::new();
+        inner.open_steps();
         loop {
             if now_ms() >= deadline {
                 replay.stop();
@@ -235,9 +239,12 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             if replay.in_flight() == 0 {
                 break;
             }
-            let Some(sent) = next(&mut rx).await else {
+            let Some(mut sent) = next(&mut rx).await else {
                 break;
             };
+            if let Some(settled) = sent.settled.take() {
+                unsettled.push(settled);
+            }
             if let Verdict::StaleIdentity { .. } = sent.verdict {
                 if stale_identity(inner, &mut who, &sent).await {
                     // Sent again with the fresh token, in its place.
@@ -259,6 +266,12 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             if !sent.persisted {
                 // Its new state is not stored: stop between records rather than let the
                 // workspace move on past an unrecorded outcome.
+                replay.stop();
+            }
+        }
+        // Every new state is stored (or known not to be) before anything is reported.
+        for settled in unsettled {
+            if !matches!(settled.await, Ok(Ok(_))) {
                 replay.stop();
             }
         }
@@ -369,8 +382,12 @@ struct Sent {
     verdict: Verdict,
     /// The reason it now needs a person, when its answer moved it there.
     attention: Option<AttentionReason>,
-    /// Whether the record's new state reached IndexedDB.
+    /// `false`: the record could not be read or marked for sending, and the flush stops.
     persisted: bool,
+    /// Its new state, handed to the group commit: the next record of its lane may be
+    /// handed out before it committed, as that record's own mark commits after it (and
+    /// fails if it failed). The flush waits for each before it reports.
+    settled: Option<StepResult>,
     /// The identity check it was sent under.
     generation: u32,
 }
@@ -428,13 +445,19 @@ async fn send_one(
         verdict,
         attention,
         persisted,
+        settled: None,
         generation,
     };
     let cfg = &inner.config;
-    let (meta, body) = match inner.store.begin_send(id, now_ms(), first_send).await {
-        Ok(Some(found)) => found,
+    let begin = ReplayStep::Begin {
+        id,
+        now_ms: now_ms(),
+        first_send,
+    };
+    let (meta, body) = match inner.replay_step(begin, None).await {
+        Ok(StepDone::Begun(Some(found))) => found,
         // Gone (cleared) or unreadable since it was planned: nothing to send.
-        Ok(None) => return done(Verdict::Replayed, None, true),
+        Ok(_) => return done(Verdict::Replayed, None, true),
         Err(_) => return done(Verdict::NetworkFailure, None, false),
     };
     let key = match &meta.key {
@@ -503,25 +526,13 @@ async fn send_one(
     };
     let settlement = settle(&meta, &verdict, cfg);
     let attention = settlement.moved_to_attention();
-    let persisted = match settlement {
-        Settlement::Delete => match inner.store.delete(id).await {
-            Ok(before) => {
-                let lane = inner.record_lane(&meta);
-                inner.committed(before, false, |v| {
-                    if let Some(l) = &lane {
-                        v.remove_lane(l);
-                    }
-                });
-                true
-            }
-            Err(_) => false,
-        },
-        Settlement::Unchanged => true,
-        Settlement::Update(m) => inner
-            .store
-            .write_fields(id, &m.mutable_fields())
-            .await
-            .is_ok(),
+    let step = match settlement {
+        Settlement::Unchanged => None,
+        Settlement::Delete => Some((ReplayStep::Delete(id), inner.record_lane(&meta))),
+        Settlement::Update(m) => Some((ReplayStep::Update(id, m.mutable_fields()), None)),
     };
-    done(verdict, attention, persisted)
+    Sent {
+        settled: step.map(|(step, lane)| inner.submit_step(step, lane)),
+        ..done(verdict, attention, true)
+    }
 }

@@ -19,6 +19,7 @@ mod offline;
 mod patterns;
 mod retry;
 pub mod shell;
+mod steps;
 mod view;
 
 use crate::core::config::Config;
@@ -74,6 +75,8 @@ pub(crate) struct Inner {
     session_writes: FifoLock,
     chain: FifoLock,
     batcher: batcher::Batcher,
+    /// A flush's marks and settlements, group-committed (`steps`).
+    steps: steps::Steps,
     flush: RefCell<FlushState>,
     /// First attempts in lane order (`lanes`).
     lanes: lanes::Lanes,
@@ -117,6 +120,7 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         session_writes: FifoLock::default(),
         chain: FifoLock::default(),
         batcher: batcher::Batcher::default(),
+        steps: steps::Steps::default(),
         flush: RefCell::new(FlushState::default()),
         lanes: lanes::Lanes::default(),
         attempts: attempts::Attempts::default(),

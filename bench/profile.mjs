@@ -1,12 +1,16 @@
 #!/usr/bin/env node
-// Where a service worker's time goes during offline enqueue: a V8 CPU profile of the worker
-// of one subject while a page sends N writes (`--inflight` at a time; 1 = one after
-// another) and the bench server drops every connection (real network failures). Prints
-// writes/s, how busy the worker thread was, its busy time per write grouped by kind (wasm,
-// JS of the worker, browser natives, GC, …) and the functions with the most self time.
+// Where a service worker's time goes: a V8 CPU profile of the worker of one subject while
+//  - `--phase=enqueue` (default): a page sends N writes (`--inflight` at a time; 1 = one
+//    after another) and the bench server drops every connection (real network failures);
+//  - `--phase=replay`: N writes are queued offline over `--workspaces` workspaces (as row 3
+//    of bench/run.mjs), the server comes back, and the profile covers the replay only.
+// Prints records/s, how busy the worker thread was, its busy time per record grouped by
+// kind (wasm, JS of the worker, browser natives, GC, …) and the functions with the most
+// self time.
 //
-//   node bench/profile-enqueue.mjs [--subject=product|workbox|plain] [--n=500]
-//        [--inflight=16] [--cpu=1] [--latency=0] [--www=DIR] [--top=20] [--json=FILE]
+//   node bench/profile.mjs [--phase=enqueue|replay] [--subject=product|workbox|plain]
+//        [--n=500] [--inflight=16] [--workspaces=10] [--cpu=1] [--latency=0] [--www=DIR]
+//        [--config=JSON] [--top=20] [--json=FILE]
 //
 // --cpu=4 runs the browser under the CPU quota of slow-cpu.mjs, calibrated with a loop
 // timed inside this very worker. The profiler slows the worker down; the figures are for
@@ -27,7 +31,9 @@ const arg = (name, dflt) => {
   const a = process.argv.find((x) => x.startsWith(`--${name}=`));
   return a ? a.slice(name.length + 3) : dflt;
 };
+const PHASE = arg('phase', 'enqueue');
 const SUBJECT = arg('subject', 'product');
+const WORKSPACES = Number(arg('workspaces', 10));
 const N = Number(arg('n', 500));
 const IN_FLIGHT = Number(arg('inflight', 16));
 const CPU = Number(arg('cpu', 1));
@@ -45,10 +51,11 @@ const roots = {
   plain: [join(BENCH, 'raw'), join(BENCH, 'pages')],
 };
 const SW = {
-  product: `/sw.js?config=${encodeURIComponent(JSON.stringify({ precache: [], replayConcurrency: 10 }))}`,
+  product: `/sw.js?config=${encodeURIComponent(arg('config', JSON.stringify({ precache: [], replayConcurrency: 10 })))}`,
   workbox: '/workbox-sw.js',
   plain: '/plain-outbox-sw.js',
 };
+if (!['enqueue', 'replay'].includes(PHASE)) throw new Error('--phase: enqueue or replay');
 if (!roots[SUBJECT]) throw new Error(`--subject: one of ${Object.keys(roots).join(', ')}`);
 if (SUBJECT === 'workbox') bundleWorker(join(BENCH, 'workbox/sw-src.js'), join(out, 'workbox/workbox-sw.js'));
 
@@ -82,6 +89,15 @@ try {
     ? page.evaluate((a) => window.bench.sequential(a), { n, run: ws, ws })
     : page.evaluate((a) => window.bench.concurrent(a), { n, inFlight: IN_FLIGHT, run: ws, ws }));
   await writes(50, 'warm-up');
+  if (PHASE === 'replay') {
+    // The warm-up's writes go first, unprofiled; then the queue that is profiled.
+    await http(`${origin}/__bench/down`, { down: false });
+    await page.evaluate(() => window.bench.replay());
+    await http(`${origin}/__bench/down`, { down: true });
+    const fill = await page.evaluate((a) => window.bench.fill(a), { n: N, workspaces: WORKSPACES, run: 'profiled' });
+    if (Object.keys(fill.statuses).join() !== '202') throw new Error(`fill: ${JSON.stringify(fill.statuses)}`);
+    await http(`${origin}/__bench/down`, { down: false });
+  }
 
   const worker = await WorkerCDP.attach(context, page, origin);
   if (!worker) throw new Error('no service worker target');
@@ -91,7 +107,9 @@ try {
   await worker.send('Profiler.setSamplingInterval', { interval: 200 });
   await worker.send('Profiler.start');
   const t0 = Date.now();
-  const result = await writes(N, 'profiled');
+  const result = PHASE === 'replay'
+    ? await page.evaluate(() => window.bench.replay())
+    : await writes(N, 'profiled');
   const wallMs = Date.now() - t0;
   const { profile } = await worker.send('Profiler.stop');
   await worker.detach();
@@ -108,22 +126,23 @@ try {
   });
   const total = [...selfUs.values()].reduce((a, b) => a + b, 0);
   const idle = kindUs.get('(idle)') ?? 0;
-  const statuses = result.statuses;
+  const statuses = PHASE === 'replay' ? { replay: result.ok, flushes: result.flushes } : result.statuses;
   const perSec = N / (wallMs / 1000);
   const p50 = result.ms ? pct(result.ms, 50) : null;
-  console.log(`${SUBJECT}: ${N} writes, ${IN_FLIGHT} in flight, latency ${LATENCY} ms, CPU ${slow ? `quota ${cpu.quotaUs}/${cpu.periodUs} µs, a loop in this worker ${r2(cpu.factor)}× slower (${r2(cpu.baseMs)} → ${r2(cpu.slowMs)} ms)` : `unthrottled (loop ${r2(cpu.slowMs)} ms)`}`);
-  console.log(`statuses ${JSON.stringify(statuses)}: ${perSec.toFixed(0)} writes/s under the profiler${p50 != null ? `, p50 ${r2(p50)} ms` : ''}`);
-  console.log(`worker thread busy ${(100 * (1 - idle / total)).toFixed(0)}% of ${(total / 1000).toFixed(0)} ms: ${((total - idle) / 1000 / N).toFixed(3)} ms per write`);
-  console.log('busy time per write by kind (ms):');
+  const what = PHASE === 'replay' ? `replay of ${N} over ${WORKSPACES} workspaces` : `${N} writes, ${IN_FLIGHT} in flight`;
+  console.log(`${SUBJECT}: ${what}, latency ${LATENCY} ms, CPU ${slow ? `quota ${cpu.quotaUs}/${cpu.periodUs} µs, a loop in this worker ${r2(cpu.factor)}× slower (${r2(cpu.baseMs)} → ${r2(cpu.slowMs)} ms)` : `unthrottled (loop ${r2(cpu.slowMs)} ms)`}`);
+  console.log(`${JSON.stringify(statuses)}: ${perSec.toFixed(0)} records/s under the profiler${p50 != null ? `, p50 ${r2(p50)} ms` : ''}`);
+  console.log(`worker thread busy ${(100 * (1 - idle / total)).toFixed(0)}% of ${(total / 1000).toFixed(0)} ms: ${((total - idle) / 1000 / N).toFixed(3)} ms per record`);
+  console.log('busy time per record by kind (ms):');
   const kinds = [...kindUs].filter(([k]) => k !== '(idle)').sort((a, b) => b[1] - a[1]);
   for (const [k, us] of kinds) console.log(`${(us / 1000 / N).toFixed(3).padStart(9)}  ${k}`);
-  console.log(`self time (ms over ${N} writes), top ${TOP}:`);
+  console.log(`self time (ms over ${N} records), top ${TOP}:`);
   for (const [name, us] of [...selfUs].sort((a, b) => b[1] - a[1]).slice(0, TOP)) console.log(`${(us / 1000).toFixed(1).padStart(9)}  ${name}`);
   if (JSON_OUT) {
     writeFileSync(JSON_OUT, JSON.stringify({
-      subject: SUBJECT, n: N, inflight: IN_FLIGHT, latencyMs: LATENCY, cpu, wallMs, perSec: r2(perSec), p50, statuses,
+      phase: PHASE, subject: SUBJECT, n: N, workspaces: WORKSPACES, inflight: IN_FLIGHT, latencyMs: LATENCY, cpu, wallMs, perSec: r2(perSec), p50, statuses,
       totalMs: r2(total / 1000), idleMs: r2(idle / 1000),
-      kindsMsPerWrite: Object.fromEntries(kinds.map(([k, us]) => [k, r2(us / 1000 / N * 1000) / 1000])),
+      kindsMsPerRecord: Object.fromEntries(kinds.map(([k, us]) => [k, r2(us / 1000 / N * 1000) / 1000])),
       top: [...selfUs].sort((a, b) => b[1] - a[1]).slice(0, 60).map(([name, us]) => ({ name, ms: r2(us / 1000) })),
     }, null, 2));
   }

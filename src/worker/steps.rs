@@ -1,0 +1,126 @@
+//! Group commit of a flush's steps. Each lane of a flush marks its record in flight
+//! before the request and stores what the answer means after it; with one transaction
+//! per step, the lanes queued behind each other on IndexedDB (readwrite transactions over
+//! one store run one at a time), so parallel lanes were no faster than one. Steps that
+//! become due while a transaction commits are stored together in the next one; each
+//! lane still learns its step's result only after that transaction committed.
+//!
+//! A settlement need not have committed before the next record of its lane is handed
+//! out, only before that record is sent: the next record's in-flight mark is a later
+//! step, committed in the same transaction or a later one, and once a transaction fails
+//! every later step of the flush fails too (until [`Inner::open_steps`]), so nothing is
+//! sent after a record whose new state was not stored. One commit per record and lane,
+//! not two.
+
+use super::Inner;
+use crate::core::lanes::Lane;
+use crate::store::idb::IdbError;
+use crate::store::{ReplayStep, StepDone};
+use futures_channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+type Waiter = oneshot::Sender<Result<StepDone, IdbError>>;
+
+struct Item {
+    step: ReplayStep,
+    /// A deleted record's lane, which the view stops counting once the delete committed.
+    lane: Option<Lane>,
+    waiter: Waiter,
+}
+
+#[derive(Default)]
+pub struct Steps {
+    queue: RefCell<Vec<Item>>,
+    running: Cell<bool>,
+    /// A transaction of this flush failed: every later step fails without being tried.
+    failed: Cell<bool>,
+}
+
+/// A step handed to the group commit; resolves once its transaction committed (or
+/// failed).
+pub(crate) type StepResult = oneshot::Receiver<Result<StepDone, IdbError>>;
+
+/// What a step handed over but never answered means.
+pub(crate) fn dropped() -> IdbError {
+    IdbError::Aborted("the step was dropped".into())
+}
+
+impl Inner {
+    /// A flush starts: its steps are tried again whatever an earlier flush's failed.
+    pub(crate) fn open_steps(&self) {
+        self.steps.failed.set(false);
+    }
+
+    /// Stores one replay step with whatever else is due (`lane`: the lane a deleted
+    /// record leaves); resolves once its transaction committed.
+    pub(crate) async fn replay_step(
+        self: &Rc<Self>,
+        step: ReplayStep,
+        lane: Option<Lane>,
+    ) -> Result<StepDone, IdbError> {
+        self.submit_step(step, lane)
+            .await
+            .unwrap_or_else(|_| Err(dropped()))
+    }
+
+    /// Hands a step over now (its place among the flush's steps is fixed here) and
+    /// returns what will say whether it was stored.
+    pub(crate) fn submit_step(self: &Rc<Self>, step: ReplayStep, lane: Option<Lane>) -> StepResult {
+        let (tx, rx) = oneshot::channel();
+        self.steps.queue.borrow_mut().push(Item {
+            step,
+            lane,
+            waiter: tx,
+        });
+        if !self.steps.running.get() {
+            self.steps.running.set(true);
+            let me = self.clone();
+            wasm_bindgen_futures::spawn_local(async move { me.run_steps().await });
+        }
+        rx
+    }
+
+    async fn run_steps(self: Rc<Self>) {
+        loop {
+            let batch = std::mem::take(&mut *self.steps.queue.borrow_mut());
+            if batch.is_empty() {
+                self.steps.running.set(false);
+                return;
+            }
+            let (steps, rest): (Vec<ReplayStep>, Vec<(Option<Lane>, Waiter)>) = batch
+                .into_iter()
+                .map(|i| (i.step, (i.lane, i.waiter)))
+                .unzip();
+            let stored = if self.steps.failed.get() {
+                Err(IdbError::Aborted(
+                    "an earlier step of this flush was not stored".into(),
+                ))
+            } else {
+                self.store.replay_steps(steps).await
+            };
+            match stored {
+                Ok((before, done)) => {
+                    if let Some(before) = before {
+                        self.committed(before, false, |v| {
+                            for ((lane, _), d) in rest.iter().zip(&done) {
+                                if let (Some(l), StepDone::Deleted) = (lane, d) {
+                                    v.remove_lane(l);
+                                }
+                            }
+                        });
+                    }
+                    for ((_, waiter), d) in rest.into_iter().zip(done) {
+                        let _ = waiter.send(Ok(d));
+                    }
+                }
+                Err(e) => {
+                    self.steps.failed.set(true);
+                    for (_, waiter) in rest {
+                        let _ = waiter.send(Err(e.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
