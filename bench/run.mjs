@@ -179,6 +179,31 @@ async function runSetting(setting, env) {
     };
   }
   /** A fresh origin with its worker registered and ready; disposed after `fn`. */
+  /** When each step of the restarted worker's start happened, in ms after the page's
+   * fetch began (epoch times on both sides): the worker's time origin, then its User
+   * Timing marks (the product's `sw-outbox:*` in www/sw.js, the peers' `bench:*`), then
+   * the page's answer. */
+  async function workerStartSteps(site, fetchAt, answeredMs) {
+    const worker = await WorkerCDP.attach(context, site.page, site.origin);
+    if (!worker) return null;
+    try {
+      const { result } = await worker.send('Runtime.evaluate', {
+        returnByValue: true,
+        expression: 'JSON.stringify({ origin: performance.timeOrigin, marks: performance.getEntriesByType("mark").map((m) => [m.name, m.startTime]) })',
+      });
+      const { origin, marks } = JSON.parse(result.value);
+      const steps = { 'worker thread started': origin - fetchAt };
+      for (const [name, t] of marks) if (!(name in steps)) steps[name] = origin + t - fetchAt;
+      steps['answer read by the page'] = answeredMs;
+      return steps;
+    } finally { await worker.detach(); }
+  }
+  /** The median of each step over the runs that have it. */
+  function medianSteps(runs) {
+    const names = [...new Set(runs.filter(Boolean).flatMap((r) => Object.keys(r)))];
+    return Object.fromEntries(names.map((n) => [n, r2(median(runs.filter((r) => r && n in r).map((r) => r[n])))]));
+  }
+
   async function fresh(subject, cfg, fn, { browserContext, ...disposal } = {}) {
     const site = await newSite(subject, cfg, browserContext);
     try {
@@ -440,6 +465,7 @@ async function runSetting(setting, env) {
     if (has('first')) {
       log('first write after stopped worker');
       const firstWrite = Object.fromEntries(SUBJECTS.map((s) => [s, []]));
+      const startSteps = Object.fromEntries(SUBJECTS.map((s) => [s, []]));
       for (let rep = 0; rep < opt.reps; rep++) {
         for (const s of SUBJECTS) {
           await fresh(s, PRODUCT_CFG, async (site) => {
@@ -455,10 +481,13 @@ async function runSetting(setting, env) {
             const r = await site.ev((a) => window.bench.sequential(a), { n: 1, run: nextRun(), bytes: opt.bytes, ws: 'cold' });
             expect202(`${s} first write after stop`, r.statuses, 1);
             firstWrite[s].push(r.ms[0]);
+            startSteps[s].push(await workerStartSteps(site, r.at[0], r.ms[0]));
           });
         }
       }
-      out.firstWriteAfterStop = Object.fromEntries(SUBJECTS.map((s) => [s, { runsMs: firstWrite[s].map(r2), medianMs: r2(median(firstWrite[s])) }]));
+      out.firstWriteAfterStop = Object.fromEntries(SUBJECTS.map((s) => [s, {
+        runsMs: firstWrite[s].map(r2), medianMs: r2(median(firstWrite[s])), steps: medianSteps(startSteps[s]),
+      }]));
     }
 
     // ---- 6. scale: replay cost per record at `scale` vs `n`, and the worker's memory

@@ -33,8 +33,14 @@
 /* global wasm_bindgen */
 'use strict';
 
+/** A User Timing mark of the worker's start (`sw-outbox:<step>`): DevTools shows them,
+ * and the benchmark reads them to time each step of a start (bench/run.mjs). */
+const mark = (step) => { try { performance.mark(`sw-outbox:${step}`); } catch (e) { /* no User Timing */ } };
+mark('script');
+
 const BASE = new URL(self.SW_OUTBOX_BASE || './', self.location).href;
 importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js');
+mark('glue');
 
 /** The demo's own settings: its app shell, and the key window of the reference server
  * it runs against (`--key-ttl 24h`, which `./build.sh demo` passes): a matching pair. */
@@ -77,8 +83,11 @@ function outbox() {
         bytes = await fetch(WASM_URL);
         if (!bytes.ok) throw new Error(`sw-outbox: ${WASM_URL} answered ${bytes.status}`);
       }
+      mark('module-found');
       await wasm_bindgen({ module_or_path: bytes });
+      mark('module-instantiated');
       const o = await wasm_bindgen.start(CONFIG);
+      mark('started');
       loaded = o;
       if (isActive()) startFlush(o);
       return o;
@@ -181,7 +190,13 @@ self.addEventListener('activate', (event) => {
   })());
 });
 
+let fetchSeen = false;
 self.addEventListener('fetch', (event) => {
+  const first = !fetchSeen;
+  if (first) {
+    fetchSeen = true;
+    mark('first-fetch');
+  }
   nudgeWaiting();
   const request = event.request;
   if (loaded) {
@@ -191,9 +206,11 @@ self.addEventListener('fetch', (event) => {
   // Still loading: the module decides once it is there; if it cannot start, the
   // network answers as if there were no worker.
   const work = outbox();
-  event.respondWith(work
+  const answer = work
     .then((o) => (o.intercepts(request) ? o.handle_fetch(request, event) : fetch(request)))
-    .catch(() => fetch(request)));
+    .catch(() => fetch(request));
+  event.respondWith(answer);
+  if (first) answer.then(() => mark('first-answer'), () => {});
   keepAlive(event, work);
 });
 

@@ -93,7 +93,7 @@ async function write(path, body) {
   const t = performance.now();
   const res = await fetch(path, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body });
   await res.arrayBuffer();
-  return { ms: performance.now() - t, status: res.status };
+  return { ms: performance.now() - t, status: res.status, at: performance.timeOrigin + t };
 }
 
 window.bench = {
@@ -111,12 +111,12 @@ window.bench = {
   call,
   /** n writes one after another; per-write times and statuses. */
   async sequential({ n, run, bytes = 1024, ws = 'seq' }) {
-    const ms = []; const statuses = {};
+    const ms = []; const statuses = {}; const at = [];
     for (let i = 0; i < n; i++) {
       const r = await write(`/api/projects/${ws}/tasks`, bodyFor(run, ws, i, bytes));
-      ms.push(r.ms); statuses[r.status] = (statuses[r.status] || 0) + 1;
+      ms.push(r.ms); at.push(r.at); statuses[r.status] = (statuses[r.status] || 0) + 1;
     }
-    return { ms, statuses };
+    return { ms, statuses, at };
   },
   /** n writes, `inFlight` at a time; total time and statuses. */
   async concurrent({ n, inFlight, run, bytes = 1024, ws = 'conc' }) {
