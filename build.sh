@@ -88,6 +88,10 @@ build_worker() {
     --enable-reference-types --enable-sign-ext --enable-mutable-globals --strip-debug --strip-producers \
     "$wasm" -o "$wasm.opt"
   mv "$wasm.opt" "$wasm"
+  # The glue is generated code: shipped minified (esbuild from npm; top-level names, such
+  # as the `wasm_bindgen` global sw.js calls, are kept), 10.4 -> 7.7 KB gzip.
+  esbuild www/pkg/sw_outbox.js --minify --log-level=warning --outfile=www/pkg/sw_outbox.min.js
+  mv www/pkg/sw_outbox.min.js www/pkg/sw_outbox.js
   node scripts/check-wasm.mjs www/pkg
   local build
   build=$(sha256sum "$wasm" www/pkg/sw_outbox.js | sha256sum | cut -c1-12)
