@@ -2,9 +2,9 @@
 //!
 //! 1. logged in the requests log (test modes read it);
 //! 2. network down → connection dropped;
-//! 3. fault rules (`refuse`, `hang`, `status`, `outcome-unknown`, `redirect`, `stall-body`
-//!    act here, before anything is claimed; `drop-after-commit` acts after the answer;
-//!    `delay` and `stored-status` act inside the ledger, in place of the route);
+//! 3. fault rules (`refuse`, `hang`, `status`, `outcome-unknown`, `redirect`, `stall-body`,
+//!    `endless-body` act here, before anything is claimed; `drop-after-commit` acts after
+//!    the answer; `delay` and `stored-status` act inside the ledger, in place of the route);
 //! 4. writes: Origin / `Sec-Fetch-Site` (403); data writes then: session (401), CSRF (403),
 //!    expected account (409), the session's write budget (429) — nothing claimed yet;
 //! 5. the idempotency layer (`sw_outbox_idempotency`) for keyed data writes: key shape
@@ -205,6 +205,30 @@ fn stalled(status: u16, content_type: &str, prefix: &str) -> Response {
     resp
 }
 
+/// Filler of an endless body: one chunk every [`ENDLESS_PACE`], so a client that never
+/// stops reading gets about 1.6 MB a second, not as much as loopback can carry.
+const ENDLESS_CHUNK: usize = 16 * 1024;
+const ENDLESS_PACE: Duration = Duration::from_millis(10);
+
+/// Headers, the first bytes of a body, then spaces without end (until the client goes
+/// away): a body far larger than any client should read.
+fn endless(status: u16, content_type: &str, prefix: &str) -> Response {
+    let first = stream::once(std::future::ready(Ok::<_, std::io::Error>(Bytes::from(
+        prefix.to_owned(),
+    ))));
+    let filler = Bytes::from(vec![b' '; ENDLESS_CHUNK]);
+    let rest = stream::unfold(filler, |filler| async move {
+        tokio::time::sleep(ENDLESS_PACE).await;
+        Some((Ok(filler.clone()), filler))
+    });
+    let mut resp = Response::new(Body::from_stream(first.chain(rest)));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
 fn redirect(status: u16, location: &str) -> Response {
     let mut resp = Response::new(Body::empty());
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::FOUND);
@@ -260,6 +284,11 @@ async fn pipeline(State(app): State<App>, mut req: Request, next: Next) -> Respo
             content_type,
             prefix,
         }) => return finish(&app, seq, stalled(status, &content_type, &prefix)),
+        Some(Fault::EndlessBody {
+            status,
+            content_type,
+            prefix,
+        }) => return finish(&app, seq, endless(status, &content_type, &prefix)),
         Some(Fault::DropAfterCommit) => drop_after = true,
         Some(Fault::Delay(d)) => {
             req.extensions_mut().insert(InnerFault::Delay(d));

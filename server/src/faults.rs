@@ -21,6 +21,8 @@ pub enum FaultKind {
     Delay,
     Redirect,
     StallBody,
+    /// Headers, the first bytes of a body, then filler without end (paced).
+    EndlessBody,
 }
 
 /// A rule as posted by a test.
@@ -150,6 +152,11 @@ pub enum Fault {
         content_type: String,
         prefix: String,
     },
+    EndlessBody {
+        status: u16,
+        content_type: String,
+        prefix: String,
+    },
 }
 
 /// `Some(text)` when `text` can be a header value (visible ASCII and spaces).
@@ -191,9 +198,10 @@ impl Rule {
                 "detail is for status and stored-status, not {kind:?}"
             ));
         }
-        if spec.body.is_some() && !(answers || kind == FaultKind::StallBody) {
+        let streams = matches!(kind, FaultKind::StallBody | FaultKind::EndlessBody);
+        if spec.body.is_some() && !(answers || streams) {
             return Err(format!(
-                "body is for status, stored-status and stall-body, not {kind:?}"
+                "body is for status, stored-status, stall-body and endless-body, not {kind:?}"
             ));
         }
         if spec.detail.is_some() && spec.body.is_some() {
@@ -252,6 +260,13 @@ impl Rule {
                     .clone()
                     .unwrap_or_else(|| "application/json".into()),
                 prefix: spec.body.clone().unwrap_or_else(|| r#"{"user":"#.into()),
+            },
+            FaultKind::EndlessBody => Fault::EndlessBody {
+                status: spec.status.unwrap_or(200),
+                content_type: content_type
+                    .clone()
+                    .unwrap_or_else(|| "text/plain; charset=utf-8".into()),
+                prefix: spec.body.clone().unwrap_or_default(),
             },
         };
         Ok(Rule {
@@ -382,6 +397,24 @@ mod tests {
                 retry_after: None
             }))
         );
+        assert_eq!(
+            f(r#"{"path":"/x","kind":"endless-body"}"#),
+            Ok(Fault::EndlessBody {
+                status: 200,
+                content_type: "text/plain; charset=utf-8".into(),
+                prefix: String::new()
+            })
+        );
+        assert_eq!(
+            f(
+                r#"{"path":"/x","kind":"endless-body","status":422,"body":"<h1>key reused</h1>","contentType":"text/html"}"#
+            ),
+            Ok(Fault::EndlessBody {
+                status: 422,
+                content_type: "text/html".into(),
+                prefix: "<h1>key reused</h1>".into()
+            })
+        );
         assert!(matches!(
             f(r#"{"path":"/x","kind":"stored-status","detail":"db_down","retryAfter":"5"}"#),
             Ok(Fault::StoredStatus(Injected { status: 503, .. }))
@@ -402,6 +435,9 @@ mod tests {
             r#"{"path":"/x","kind":"refuse","detail":"a"}"#,
             r#"{"path":"/x","kind":"status","location":"/y"}"#,
             r#"{"path":"/x","kind":"status","staus":500}"#,
+            r#"{"path":"/x","kind":"endless-body","detail":"a"}"#,
+            r#"{"path":"/x","kind":"endless-body","retryAfter":1}"#,
+            r#"{"path":"/x","kind":"endless-body","status":99}"#,
         ] {
             assert!(rule(bad).is_err(), "{bad}");
         }

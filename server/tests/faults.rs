@@ -453,6 +453,51 @@ async fn stall_body_sends_the_start_and_never_the_rest() {
     srv.shutdown().await;
 }
 
+#[tokio::test]
+async fn endless_body_goes_on_past_any_bound_until_the_client_leaves() {
+    let srv = start(fast_settings()).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    faults(
+        srv.addr,
+        r#"[{"path":"/api/notes","method":"POST","kind":"endless-body","status":422,"body":"<h1>idempotency key reused</h1>","contentType":"text/html","times":1}]"#,
+    )
+    .await;
+    let cookie = alice.cookie.clone().unwrap_or_default();
+    let k = key("endless");
+    let body = r#"{"text":"endless"}"#;
+    let (mut w, head) = read_until(
+        srv.addr,
+        format!(
+            "POST /api/notes HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nX-CSRF-Token: {}\r\nIdempotency-Key: {k}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            alice.csrf.clone().unwrap_or_default(),
+            body.len()
+        ),
+        b"<h1>idempotency key reused</h1>",
+    )
+    .await;
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 422"), "{head}");
+    assert!(head.contains("content-type: text/html"), "{head}");
+    // Far more than the 64 KiB an outbox reads, and still going.
+    let mut total = head.len();
+    let mut chunk = vec![0u8; 64 * 1024];
+    while total < 1024 * 1024 {
+        let n = tokio::time::timeout(Duration::from_secs(5), w.read(&mut chunk))
+            .await
+            .expect("the body goes on")
+            .expect("read");
+        assert!(n > 0, "the body ended after {total} bytes");
+        total += n;
+    }
+    drop(w);
+    // The route did not run, the ledger was not touched, and the server serves on.
+    assert!(applied(srv.addr).await.is_empty());
+    let r = alice.post("/api/notes", Some(&k), body).await;
+    assert_eq!(r.status, 201);
+    assert!(r.header("idempotent-replayed").is_none());
+    srv.shutdown().await;
+}
+
 /// `/api/auth/me` (a GET, an auth route) is a fault target like any other.
 #[tokio::test]
 async fn faults_reach_auth_me() {

@@ -124,6 +124,9 @@ export async function launchChromium() {
       return { versions, stop: () => cdp.detach().catch(() => {}) };
     },
     grantNotifications: (origin) => context.grantPermissions(['notifications'], { origin }),
+    /** Lets pages of `origin` read the clipboard (navigator.clipboard.readText), which
+     * headless Chromium otherwise refuses: there is no one to answer its prompt. */
+    grantClipboardRead: (origin) => context.grantPermissions(['clipboard-read'], { origin }),
     /** The browser's own network state (offline: every fetch fails, the worker's too). */
     setOffline: (offline) => context.setOffline(offline),
     close: async () => {

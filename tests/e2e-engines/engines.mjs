@@ -17,6 +17,9 @@
 //                              back online, the worker gets `online` where it fires one)
 //   overrideQuota(origin, size) shrink the origin's storage quota (no size: restore it)
 //   grantNotifications(origin)
+//   grantClipboardRead(origin)  let the origin's pages read the clipboard (Chromium asks for a
+//                              permission; Firefox and WebKit let a page read what its own
+//                              origin wrote, WebKit in a click only, so they have no verb)
 //   openPages()                every tab, those the browser opened itself included (async)
 //   clickNotification()        click the notification the browser shows, as a person would
 // and, in the harness, fireBackgroundFlush(): an automatic flush trigger with no page

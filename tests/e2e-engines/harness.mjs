@@ -100,6 +100,9 @@ export async function startHarness({
     workerStarts: verb('workerStarts'),
     dispatchSync: (tag) => verb('dispatchSync')(baseUrl, tag),
     grantNotifications: () => verb('grantNotifications')(baseUrl),
+    /** Lets this origin's pages read the clipboard where the engine asks for a
+     * permission (Chromium); elsewhere there is nothing to grant (engines.mjs). */
+    grantClipboardRead: async () => { await browser.grantClipboardRead?.(baseUrl); },
     /** Shrinks this origin's storage quota to `size` bytes (no size: restores it). */
     overrideQuota: (size) => verb('overrideQuota')(baseUrl, size),
     setOffline: verb('setOffline'),

@@ -1,15 +1,16 @@
 // Every engine: a write made while the server is unreachable (through the API or the
 // demo's form) is queued (202 with its key) and replayed exactly once under its account.
 // Where the engine has no Background Sync (Firefox, WebKit), the live worker retries on
-// its own (contract 2.6), and with no page of the app open and the worker stopped, the
-// page helper's fallback triggers drain the queue: a signed-in page load (AUTH_SESSION +
-// FLUSH_QUEUE) and the window's `online` event.
+// its own (contract 2.6), even for a page that has no page helper, and with no page of
+// the app open and the worker stopped, the page helper's fallback triggers drain the
+// queue: a signed-in page load (AUTH_SESSION + FLUSH_QUEUE) and the window's `online`
+// event.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { lacks } from './engines.mjs';
 import {
   apiCall, clearReports, eventually, flush, forEachEngine, freshStart, lastSeq, listQueue, messages,
-  queuedWrite, signIn, waitForFlushReports, withDiagnostics, writesIn,
+  queuedWrite, sentWithKey, signIn, waitForFlushReports, withDiagnostics, writesIn,
 } from './outbox-helpers.mjs';
 
 const P1 = '/api/projects/p1/tasks';
@@ -223,5 +224,43 @@ forEachEngine((engine, harness) => {
         return rows.length >= titles.length ? rows : null;
       }, { timeout: 30000, interval: 250, what: 'the queued writes to be delivered' });
       assert.deepEqual(applied.map((a) => JSON.parse(a.body).title), titles, 'each applied once, in order');
+    }));
+
+  // Only the worker's own retry timer (src/worker/retry.rs) can deliver here: the write
+  // comes from a plain page of the origin (no page helper, so no FLUSH_QUEUE and no retry
+  // of its own), the engine has no Background Sync, the browser never goes offline (no
+  // `online` event), and the test does nothing after the write. The first replay, by
+  // whichever of the worker's own triggers comes first (its retry 1 s after queuing, or
+  // its offline probe, which flushes once when the server answers again), meets a 500;
+  // after that only the backoff's timer is left to send it again.
+  test('without Background Sync, a write from a page without the page helper is delivered by the worker\'s own retries',
+    { skip: lacks(engine, 'noBackgroundSync') }, withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await freshStart(h);
+      await signIn(page, 'alice');
+      const csrf = await page.evaluate(() => window.demo.state.csrf);
+      // The same tab, now on a page of the origin that loads no script of the app.
+      await page.goto(`${h.baseUrl}/icon.svg`);
+      const plain = await page.evaluate(() => ({ controlled: Boolean(navigator.serviceWorker.controller), demo: 'demo' in window }));
+      assert.deepEqual(plain, { controlled: true, demo: false }, 'a controlled page without the page helper');
+      await h.control('faults', { rules: [
+        { path: P1, method: 'POST', kind: 'refuse', times: 1 }, // the first attempt: queued
+        { path: P1, method: 'POST', kind: 'status', status: 500, detail: 'try again', times: 1 }, // the first replay
+      ] });
+      const r = await page.evaluate(([path, token]) => fetch(path, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'X-CSRF-Token': token },
+        body: JSON.stringify({ title: 'from a plain page' }),
+      }).then(async (res) => ({ status: res.status, body: await res.json() })), [P1, csrf]);
+      assert.equal(r.status, 202, JSON.stringify(r));
+      // Nothing more from the page or the test: only the server's logs are read.
+      const applied = await eventually(async () => {
+        const rows = await h.applied();
+        return rows.length ? rows : null;
+      }, { timeout: 30000, interval: 250, what: 'the worker to retry after the 500' });
+      assert.deepEqual(applied.map((a) => [a.key, a.user, JSON.parse(a.body).title]),
+        [[r.body.idempotencyKey, 'alice', 'from a plain page']], 'applied once, as alice');
+      const answered = (await sentWithKey(h, r.body.idempotencyKey)).filter((x) => x.status !== null).map((x) => x.status);
+      assert.deepEqual(answered, [500, 201], 'replayed, failed, and replayed again by the worker alone');
     }));
 });

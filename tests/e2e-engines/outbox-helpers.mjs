@@ -251,6 +251,32 @@ export async function openWith(h, config, { user = 'alice' } = {}) {
   return page;
 }
 
+/**
+ * The clipboard's text, read by the page (navigator.clipboard.readText) in a click, as a
+ * person's paste is: WebKit lets a page read it only during a user gesture, Chromium only
+ * with the permission the harness grants.
+ */
+export async function readClipboard(h, page) {
+  await h.grantClipboardRead();
+  await page.evaluate(() => {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.textContent = 'Read the clipboard';
+    button.dataset.testid = 'test-read-clipboard';
+    window.__clipboard = null;
+    button.addEventListener('click', () => {
+      navigator.clipboard.readText().then((text) => { window.__clipboard = { text }; },
+        (err) => { window.__clipboard = { error: String(err) }; }).finally(() => button.remove());
+    });
+    document.body.append(button);
+  });
+  await page.getByTestId('test-read-clipboard').click();
+  await page.waitForFunction(() => window.__clipboard !== null, null, { timeout: 10000 });
+  const read = await page.evaluate(() => window.__clipboard);
+  if ('error' in read) throw new Error(`the page could not read the clipboard: ${read.error}`);
+  return read.text;
+}
+
 /** Reads record `id` of the outbox's 'mutations' store straight from IndexedDB in the page. */
 export function storedRecord(page, id) {
   return page.evaluate((rid) => new Promise((res, rej) => {

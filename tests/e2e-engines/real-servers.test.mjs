@@ -1,12 +1,14 @@
 // Every engine: contract revision 2 against the reference server (issue "real servers"): replays never
-// follow a redirect, keep the page's conditional headers (a stale If-Match gets its 412),
-// never resend a key the server may have forgotten, bound a server's Retry-After, take a
-// stored 5xx as final, and check the identity again once after a CSRF refusal. The
-// server's /__control/applied and /__control/requests are the ground truth.
+// follow a redirect (to another origin neither), keep the page's conditional headers (a
+// stale If-Match gets its 412), never resend a key the server may have forgotten, bound a
+// server's Retry-After, take a stored 5xx as final, check the identity again once after a
+// CSRF refusal, and read no more than 64 KiB of an answer's body. The server's
+// /__control/applied and /__control/requests are the ground truth.
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
 import { test } from 'node:test';
 import {
-  apiCall, eventually, flush, forEachEngine, lastSeq, listQueue, openWith, queuedWrite, sentWithKey,
+  apiCall, eventually, flush, forEachEngine, lastSeq, listQueue, openWith, queuedWrite, send, sentWithKey,
   storedRecord, withDiagnostics, writesIn,
 } from './outbox-helpers.mjs';
 
@@ -39,6 +41,36 @@ async function otherDevice(h, user) {
   };
 }
 
+/**
+ * Another origin (another port of 127.0.0.1) that would accept anything: CORS granted to
+ * any origin, credentials included, so a browser that followed a redirect there would
+ * deliver the write. `requests` lists what reached it.
+ */
+async function otherOrigin() {
+  const requests = [];
+  const server = createServer((req, res) => {
+    let size = 0;
+    req.on('data', (c) => { size += c.length; });
+    req.on('end', () => {
+      requests.push({ method: req.method, url: req.url, bodyBytes: size });
+      res.writeHead(req.method === 'OPTIONS' ? 204 : 201, {
+        'Access-Control-Allow-Origin': req.headers.origin ?? '*',
+        'Access-Control-Allow-Credentials': 'true',
+        'Access-Control-Allow-Methods': req.headers['access-control-request-method'] ?? 'POST',
+        'Access-Control-Allow-Headers': req.headers['access-control-request-headers'] ?? '*',
+        'Content-Type': 'application/json',
+      });
+      res.end(req.method === 'OPTIONS' ? undefined : '{"id":1}');
+    });
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    origin: `http://127.0.0.1:${server.address().port}`,
+    requests,
+    close: () => new Promise((resolve) => { server.closeAllConnections(); server.close(resolve); }),
+  };
+}
+
 forEachEngine((engine, harness) => {
   test('a redirected replay keeps its record (redirected) and nothing is applied or followed',
     withDiagnostics(harness, async () => {
@@ -60,6 +92,68 @@ forEachEngine((engine, harness) => {
       const after = (await h.requests()).filter((x) => x.seq > since);
       assert.deepEqual(after.filter((x) => /login/.test(x.path)), [], 'the redirect was not followed');
       assert.equal(after.filter((x) => x.key === w.key).length, 1, 'sent once, not resent elsewhere');
+    }));
+
+  // 307 and 308 keep the method and body when followed, 301 turns a POST into a GET: to
+  // another origin, each would hand the write (or its headers) to a server it was never
+  // meant for.
+  for (const status of [301, 307, 308]) {
+    test(`a replay answered ${status} to another origin keeps its record (redirected) and nothing reaches that origin`,
+      withDiagnostics(harness, async () => {
+        const h = harness();
+        const other = await otherOrigin();
+        try {
+          const page = await openWith(h, {});
+          await h.setNetwork(false);
+          const w = await queuedWrite(page, P('p1'), { title: `moved by a ${status}` });
+          await h.control('faults', { rules: [{ path: P('p1'), method: 'POST', kind: 'redirect', status, location: `${other.origin}${P('p1')}` }] });
+          await h.setNetwork(true);
+          const r = await flush(page); // or an automatic flush before it: either meets the redirect
+          assert.equal(r.ok, true, JSON.stringify(r));
+          assert.equal(r.affected, 0, 'a redirect is never counted as replayed');
+          const rec = await record(page, w.id);
+          assert.equal(rec.state, 'needs-attention', JSON.stringify(rec));
+          assert.equal(rec.attentionReason, 'redirected');
+          assert.equal(rec.lastStatus, 0, 'an opaque redirect (redirect: "manual")');
+          assert.deepEqual(other.requests, [], `nothing reached ${other.origin}`);
+          assert.deepEqual(await h.applied(), []);
+          const sends = (await sentWithKey(h, w.key)).filter((x) => x.status !== null);
+          assert.deepEqual(sends.map((x) => x.status), [status], 'answered once, resent nowhere');
+        } finally {
+          await other.close();
+        }
+      }));
+  }
+
+  // Contract 4.7: an answer's body is read at most 64 KiB. The server's endless-body rule
+  // sends the status, the first bytes of a page, then spaces without end. attemptTimeoutMs
+  // (which also bounds reading a body) is 60 s here: a reader that did not stop at 64 KiB
+  // would read until then, and this FLUSH_QUEUE (20 s, `send`) would not be answered.
+  test('a replay answered with a 422 whose body never ends is classified from its first 64 KiB and holds nothing',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openWith(h, { attemptTimeoutMs: 60000 });
+      await h.setNetwork(false);
+      const endless = await queuedWrite(page, P('p1'), { title: 'answered by a page that never ends' });
+      const other = await queuedWrite(page, P('p2'), { title: 'in another lane' });
+      await h.control('faults', { rules: [{
+        path: P('p1'), method: 'POST', kind: 'endless-body', status: 422, contentType: 'text/html',
+        body: '<h1>422: this idempotency key was already used with another request</h1>',
+      }] });
+      await h.setNetwork(true);
+      const r = await send(page, { type: 'FLUSH_QUEUE' });
+      assert.equal(r.type, 'COMMAND_RESULT', `the flush came back: ${JSON.stringify(r)}`);
+      assert.equal(r.ok, true, JSON.stringify(r));
+      const rec = await record(page, endless.id);
+      assert.equal(rec.state, 'needs-attention', JSON.stringify(rec));
+      assert.equal(rec.attentionReason, 'key-reused', 'classified by the words at the start of the body');
+      assert.equal(rec.lastStatus, 422);
+      assert.deepEqual((await h.applied()).map((x) => x.key), [other.key], 'the other lane was delivered');
+      const sends = (await sentWithKey(h, endless.key)).filter((x) => x.status !== null);
+      assert.deepEqual(sends.map((x) => x.status), [422], 'answered once');
+      // The queue is free: a new write goes through at once.
+      const next = await apiCall(page, 'POST', P('p3'), { title: 'after it' });
+      assert.equal(next.status, 201, JSON.stringify(next));
     }));
 
   test('a replay keeps the page\'s If-Match: a stale queued edit gets its 412 instead of overwriting newer state',

@@ -1,11 +1,12 @@
 // Every engine: recovery people can use. A stuck write can be read (its content shown),
-// copied, edited and resent under a new key in its lane's place; another account's writes
-// are neither readable nor shown by path; a corrupt record is discarded alone; a never-queued route
-// answers 503 offline and stores nothing.
+// copied to the clipboard, edited and resent under a new key in its lane's place; another
+// account's writes are neither readable nor shown or reported by path; a corrupt record is
+// discarded alone; a never-queued route answers 503 offline and stores nothing.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
-  eventually, flush, forEachEngine, listQueue, openWith, queuedWrite, signIn, signOutThroughUi, withDiagnostics,
+  clearReports, eventually, flush, forEachEngine, listQueue, openWith, queuedWrite, readClipboard, signIn,
+  signOutThroughUi, waitForFlushReports, withDiagnostics,
 } from './outbox-helpers.mjs';
 
 const P = (pid) => `/api/projects/${pid}/tasks`;
@@ -48,6 +49,80 @@ forEachEngine((engine, harness) => {
         'the edited write first, in its place; each once');
       assert.notEqual(applied[0].key, bad.key, 'resent under a new key');
       assert.equal(applied[1].key, later.key);
+    }));
+
+  test('the recovery panel\'s Copy puts the stuck write\'s body on the clipboard',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openWith(h, {});
+      await h.setNetwork(false);
+      const stuck = await queuedWrite(page, P('p1'), { title: 'copy me before I am lost', note: 'ünïcode ✓' });
+      await h.control('faults', { rules: [{ path: P('p1'), method: 'POST', kind: 'status', status: 422, detail: 'refused', times: 1 }] });
+      await h.setNetwork(true);
+      await eventually(async () => (await listQueue(page)).find((r) => r.id === stuck.id)?.state === 'needs-attention'
+        || ((await flush(page)) && false), { what: 'the write to be rejected' });
+      const read = await page.evaluate((id) => window.demo.client.read(id, 'alice'), stuck.id);
+      assert.equal(read.type, 'RECORD', JSON.stringify(read));
+
+      await page.getByTestId(`show-${stuck.id}`).click();
+      await page.getByTestId(`edit-body-${stuck.id}`).waitFor();
+      // Every text the demo's summary line takes (a report may replace it right after).
+      await page.evaluate(() => {
+        window.__summaries = [];
+        new MutationObserver(() => window.__summaries.push(document.querySelector('[data-testid="outbox-summary"]').textContent))
+          .observe(document.querySelector('[data-testid="outbox-summary"]'), { childList: true, characterData: true, subtree: true });
+      });
+      await page.getByTestId(`copy-${stuck.id}`).click();
+      await page.waitForFunction(() => window.__summaries.some((t) => t.startsWith('Copy')), null, { timeout: 10000 });
+      const said = await page.evaluate(() => window.__summaries.find((t) => t.startsWith('Copy')));
+      assert.equal(said, 'Copy: done', 'the browser took the text');
+      const copied = await readClipboard(h, page);
+      assert.equal(copied, read.record.body, 'the clipboard holds the record\'s body');
+      assert.deepEqual(JSON.parse(copied), stuck.body, 'as the page wrote it');
+    }));
+
+  test('MUTATIONS_BLOCKED names nothing of another account\'s record, and keeps the details of the signed-in account\'s and of an unknown owner\'s',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openWith(h, {});
+      await h.setNetwork(false);
+      const alices = await queuedWrite(page, P('secret'), { title: 'alice only' });
+      await h.setNetwork(true);
+      const keepAlices = { path: P('secret'), method: 'POST', kind: 'refuse' };
+      await h.control('faults', { rules: [keepAlices] });
+      await signOutThroughUi(page);
+      // Signed out and offline: a write bound to no account.
+      await h.setNetwork(false);
+      const nobodys = await queuedWrite(page, P('p2'), { title: 'written signed out' });
+      await h.setNetwork(true);
+      await signIn(page, 'bob');
+      await h.setNetwork(false);
+      const bobs = await queuedWrite(page, P('p1'), { title: 'bob\'s, rejected' });
+      await h.control('faults', { rules: [keepAlices, { path: P('p1'), method: 'POST', kind: 'status', status: 422, detail: 'refused', times: 1 }] });
+      await h.setNetwork(true);
+      await eventually(async () => (await listQueue(page)).find((r) => r.id === bobs.id)?.state === 'needs-attention'
+        || ((await flush(page)) && false), { what: 'bob\'s write to be rejected' });
+
+      await clearReports(page);
+      await flush(page);
+      const { blocked } = await waitForFlushReports(page);
+      const entry = (id) => {
+        const b = blocked.blocked.find((x) => x.id === id);
+        assert.ok(b, `record ${id} is reported: ${JSON.stringify(blocked)}`);
+        return b;
+      };
+      const other = entry(alices.id);
+      assert.deepEqual(Object.keys(other).filter((k) => other[k] !== null).sort(), ['id', 'ownerId', 'reason', 'state'],
+        `only id, owner, state and reason of alice's record reach bob's page: ${JSON.stringify(other)}`);
+      assert.deepEqual([other.ownerId, other.state, other.reason], ['alice', 'queued', 'owner-mismatch']);
+      assert.ok(!JSON.stringify(blocked).includes('secret'), 'no path of alice\'s in the report');
+      const own = entry(bobs.id);
+      assert.deepEqual([own.method, own.path, own.workspace, own.ownerId, own.state, own.reason],
+        ['POST', '/projects/p1/tasks', 'p1', 'bob', 'needs-attention', 'rejected'], JSON.stringify(own));
+      const unknown = entry(nobodys.id);
+      assert.deepEqual([unknown.method, unknown.path, unknown.workspace, unknown.ownerId, unknown.reason],
+        ['POST', '/projects/p2/tasks', 'p2', null, 'unknown-owner'], JSON.stringify(unknown));
+      await h.control('faults', { rules: [] });
     }));
 
   test('another account\'s record can be read by no one else and is shown without its path',
