@@ -116,14 +116,26 @@ fn error_strings<'a>(body: AnswerBody<'a>) -> impl Iterator<Item = &'a str> {
 }
 
 /// Whether the body carries exactly this code in `detail` or `code` (the reference
-/// server's and this contract's idempotency codes).
+/// server's and this contract's idempotency codes). A body that is not JSON, or was cut
+/// at the read bound (so it no longer parses), carries it when it names the code as a
+/// whole word: a 409 `idempotency_outcome_unknown` with a huge body still needs a
+/// person rather than being resent as a bare 409.
 fn has_code(body: AnswerBody<'_>, code: &str) -> bool {
-    let AnswerBody::Json(v) = body else {
-        return false;
-    };
-    ["detail", "code"]
-        .into_iter()
-        .any(|f| v.get(f).and_then(Value::as_str) == Some(code))
+    match body {
+        AnswerBody::Json(v) => ["detail", "code"]
+            .into_iter()
+            .any(|f| v.get(f).and_then(Value::as_str) == Some(code)),
+        AnswerBody::Text(t) => names_word(t, code),
+        AnswerBody::None => false,
+    }
+}
+
+/// `word` occurs in `text` with no letter, digit or `_` on either side.
+fn names_word(text: &str, word: &str) -> bool {
+    let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+    text.match_indices(word).any(|(at, _)| {
+        !part(text[..at].chars().next_back()) && !part(text[at + word.len()..].chars().next())
+    })
 }
 
 /// Whether the body names `word` anywhere a server puts an error's code or words
@@ -590,6 +602,33 @@ mod tests {
         let v = answer(409, json!({"detail":"idempotency_outcome_unknown"}), None);
         let r = updated(settle(&record(), &v, &Config::default()));
         assert_eq!(r.state, RecordState::NeedsAttention(want));
+    }
+
+    // The same codes in a body that is not JSON, or JSON cut at the read bound (64 KiB).
+    #[test]
+    fn codes_are_read_from_text_and_cut_json_as_whole_words() {
+        let cut = format!(
+            "{{\"detail\":\"idempotency_outcome_unknown\",\"trace\":\"{}",
+            "x".repeat(100)
+        );
+        assert_eq!(
+            text(409, &cut),
+            attention(AttentionReason::OutcomeUnknown, 409)
+        );
+        assert_eq!(
+            text(500, "<p>PM_IDEMPOTENCY_OUTCOME_UNKNOWN</p>"),
+            attention(AttentionReason::OutcomeUnknown, 500)
+        );
+        assert_eq!(
+            text(409, "{\"detail\":\"account_mismatch\",\"pad\":\"…"),
+            Verdict::StaleIdentity { status: 409 }
+        );
+        assert_eq!(
+            text(409, "not_idempotency_outcome_unknown_really"),
+            Verdict::InProgress,
+            "a longer word is not the code"
+        );
+        assert_eq!(text(409, "Conflict"), Verdict::InProgress);
     }
 
     // Row: 422 idempotency_key_reused, or another server's key-misuse answer.
