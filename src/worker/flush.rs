@@ -3,7 +3,6 @@
 //! (`worker::steps`), then the reports.
 
 use super::http::{discard_body, header, identity, read_bounded, send, Deadline};
-use super::steps::StepResult;
 use super::{absolute, clients, now_ms, Inner, Trigger};
 use crate::core::answer::{
     classify, expire, settle, AnswerBody, ReplayAnswer, Settlement, Verdict,
@@ -221,7 +220,6 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         };
         let lanes = cfg.replay_concurrency as usize;
         let (tx, mut rx) = mpsc::unbounded::<Sent>();
-        let mut unsettled = Vec::new();
         inner.open_steps();
         loop {
             if now_ms() >= deadline {
@@ -239,12 +237,9 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             if replay.in_flight() == 0 {
                 break;
             }
-            let Some(mut sent) = next(&mut rx).await else {
+            let Some(sent) = next(&mut rx).await else {
                 break;
             };
-            if let Some(settled) = sent.settled.take() {
-                unsettled.push(settled);
-            }
             if let Verdict::StaleIdentity { .. } = sent.verdict {
                 if stale_identity(inner, &mut who, &sent).await {
                     // Sent again with the fresh token, in its place.
@@ -270,10 +265,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             }
         }
         // Every new state is stored (or known not to be) before anything is reported.
-        for settled in unsettled {
-            if !matches!(settled.await, Ok(Ok(_))) {
-                replay.stop();
-            }
+        if !inner.steps_stored().await {
+            replay.stop();
         }
     }
     save_backoff(
@@ -384,10 +377,6 @@ struct Sent {
     attention: Option<AttentionReason>,
     /// `false`: the record could not be read or marked for sending, and the flush stops.
     persisted: bool,
-    /// Its new state, handed to the group commit: the next record of its lane may be
-    /// handed out before it committed, as that record's own mark commits after it (and
-    /// fails if it failed). The flush waits for each before it reports.
-    settled: Option<StepResult>,
     /// The identity check it was sent under.
     generation: u32,
 }
@@ -445,7 +434,6 @@ async fn send_one(
         verdict,
         attention,
         persisted,
-        settled: None,
         generation,
     };
     let cfg = &inner.config;
@@ -531,8 +519,11 @@ async fn send_one(
         Settlement::Delete => Some((ReplayStep::Delete(id), inner.record_lane(&meta))),
         Settlement::Update(m) => Some((ReplayStep::Update(id, m.mutable_fields()), None)),
     };
-    Sent {
-        settled: step.map(|(step, lane)| inner.submit_step(step, lane)),
-        ..done(verdict, attention, true)
+    // Its new state is handed to the group commit and not awaited: the next record of
+    // its lane may be handed out before it committed, as that record's own mark commits
+    // after it (and fails if it failed); the flush waits for every step before it reports.
+    if let Some((step, lane)) = step {
+        drop(inner.submit_step(step, lane));
     }
+    done(verdict, attention, true)
 }

@@ -35,6 +35,8 @@ pub struct Steps {
     running: Cell<bool>,
     /// A transaction of this flush failed: every later step fails without being tried.
     failed: Cell<bool>,
+    /// Callers of [`Inner::steps_stored`], told once every step handed over is settled.
+    drained: RefCell<Vec<oneshot::Sender<bool>>>,
 }
 
 /// A step handed to the group commit; resolves once its transaction committed (or
@@ -52,6 +54,18 @@ impl Inner {
         self.steps.failed.set(false);
     }
 
+    /// Resolves once every step handed over so far was stored or refused: whether all
+    /// of this flush's were stored. The flush waits for it before it reports, instead
+    /// of holding each step's answer (one per record: memory that grew with the queue).
+    pub(crate) async fn steps_stored(&self) -> bool {
+        if !self.steps.running.get() {
+            return !self.steps.failed.get();
+        }
+        let (tx, rx) = oneshot::channel();
+        self.steps.drained.borrow_mut().push(tx);
+        rx.await.unwrap_or(false)
+    }
+
     /// Stores one replay step with whatever else is due (`lane`: the lane a deleted
     /// record leaves); resolves once its transaction committed.
     pub(crate) async fn replay_step(
@@ -65,7 +79,8 @@ impl Inner {
     }
 
     /// Hands a step over now (its place among the flush's steps is fixed here) and
-    /// returns what will say whether it was stored.
+    /// returns what will say whether it was stored (it may be dropped: then
+    /// [`Inner::steps_stored`] tells).
     pub(crate) fn submit_step(self: &Rc<Self>, step: ReplayStep, lane: Option<Lane>) -> StepResult {
         let (tx, rx) = oneshot::channel();
         self.steps.queue.borrow_mut().push(Item {
@@ -86,6 +101,10 @@ impl Inner {
             let batch = std::mem::take(&mut *self.steps.queue.borrow_mut());
             if batch.is_empty() {
                 self.steps.running.set(false);
+                let stored = !self.steps.failed.get();
+                for waiter in std::mem::take(&mut *self.steps.drained.borrow_mut()) {
+                    let _ = waiter.send(stored);
+                }
                 return;
             }
             let (steps, rest): (Vec<ReplayStep>, Vec<(Option<Lane>, Waiter)>) = batch
