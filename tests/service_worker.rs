@@ -871,6 +871,61 @@ async fn a_batch_decided_on_a_stale_view_or_before_a_clear_is_never_stored() {
     assert_eq!(left[0].owner.as_deref(), Some("bob"));
 }
 
+/// A version that becomes active checks its view against the database even though it is
+/// then its registration's only worker: the version it replaces may have queued writes
+/// while this one was installed and waiting (seen in the WebKit chaos run: a write of a
+/// lane with queued records was sent at once, and applied before them).
+#[wasm_bindgen_test]
+async fn activation_sees_the_writes_the_replaced_version_queued_while_this_one_waited() {
+    let db = unique("activate");
+    let o = outbox(&db, 1).await; // its view: an empty queue
+    let registration = js_sys::global()
+        .unchecked_into::<web_sys::ServiceWorkerGlobalScope>()
+        .registration();
+    assert!(
+        registration.installing().is_none() && registration.waiting().is_none(),
+        "this worker is its registration's only one, as a version just activated is"
+    );
+    // Meanwhile the version being replaced queues a write of alice's p1 lane.
+    let replaced = open(&db).await;
+    let ids = enqueue(
+        &replaced,
+        vec![pending(
+            "/projects/p1/tasks",
+            Some("alice"),
+            b"{\"title\":\"1\"}",
+        )],
+        10,
+    )
+    .await;
+    assert!(ids[0].is_ok(), "{ids:?}");
+    JsFuture::from(o.handle_activate())
+        .await
+        .expect("activates");
+    // A new write of that lane waits behind it: queued without a first attempt.
+    let (status, json) = answer(
+        &o,
+        request(
+            "POST",
+            "/api/projects/p1/tasks",
+            &[
+                ("Content-Type", "application/json"),
+                ("X-PM-Expected-Account", "alice"),
+            ],
+            Some(b"{\"title\":\"2\"}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 202, "{json}");
+    let got = records(queue(&replaced).await);
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[1].owner.as_deref(), Some("alice"));
+    assert_eq!(
+        got[1].first_sent_at, None,
+        "held back behind the replaced version's write of its lane, so never attempted"
+    );
+}
+
 /// Sends a message to the outbox as a page would, and waits for its answer on a port.
 async fn command(o: &sw_outbox::worker::Outbox, data: &JsValue) -> Value {
     let channel = web_sys::MessageChannel::new().expect("channel");

@@ -41,6 +41,18 @@ export const REPORT_TYPES = Object.freeze([
 /** Answer types the worker sends only to the client that asked (contract 6). */
 const ANSWER_TYPES = new Set(['COMMAND_RESULT', 'QUEUE_STATE', 'RECORD']);
 
+/**
+ * Commands that may run twice with the effect of once: sent again to a new controller
+ * when the one they were sent to was replaced before answering (`onControllerChange`).
+ * Not CLEAR_DEVICE (a second clear would discard writes queued after the first),
+ * RECOVER_RECORD (a second edit or retry-new would re-key a record the first may have
+ * handed to a flush already) nor REBIND_RECORDS (without ids, a second adoption would
+ * also take records queued signed-out after the first).
+ */
+const RESENDABLE = new Set([
+  'AUTH_SESSION', 'FLUSH_QUEUE', 'LIST_QUEUE', 'READ_RECORD', 'SET_NOTIFICATIONS', 'ABORT_WRITE',
+]);
+
 let requestCounter = 0;
 
 /** A request id unique within this page and unlikely to collide with another tab's. */
@@ -86,9 +98,10 @@ export class OutboxClient {
   constructor({ commandTimeoutMs = 60000 } = {}) {
     this.commandTimeoutMs = commandTimeoutMs;
     /**
-     * Commands waiting for their answer, by requestId.
+     * Commands waiting for their answer, by requestId, in the order they were sent,
+     * with what `onControllerChange` needs to send one again.
      * @private
-     * @type {Map<string, {resolve: (answer: Answer) => void, reject: (err: Error) => void, timer: ReturnType<typeof setTimeout>}>}
+     * @type {Map<string, {resolve: (answer: Answer) => void, reject: (err: Error) => void, timer: ReturnType<typeof setTimeout>, message: {type?: unknown, requestId: unknown}, timeoutMs: number}>}
      */
     this.pending = new Map();
     /**
@@ -98,6 +111,8 @@ export class OutboxClient {
     this.listeners = new Map();
     /** @private */
     this.onMessage = this.onMessage.bind(this);
+    /** @private */
+    this.onControllerChange = this.onControllerChange.bind(this);
     /** @private */
     this.onOnline = () => { this.flush().catch(() => {}); };
     /**
@@ -123,6 +138,7 @@ export class OutboxClient {
   /** Starts listening; called by registerOutbox before the worker can send anything. */
   attach() {
     navigator.serviceWorker.addEventListener('message', this.onMessage);
+    navigator.serviceWorker.addEventListener('controllerchange', this.onControllerChange);
     // Messages to a page are held until the page opts in; addEventListener alone does not.
     navigator.serviceWorker.startMessages?.();
     // Chromium fires no `online` event in workers, so the page triggers the replay (contract 4).
@@ -132,6 +148,7 @@ export class OutboxClient {
   /** Stops listening and rejects every pending command. */
   detach() {
     navigator.serviceWorker.removeEventListener('message', this.onMessage);
+    navigator.serviceWorker.removeEventListener('controllerchange', this.onControllerChange);
     window.removeEventListener('online', this.onOnline);
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
@@ -204,14 +221,49 @@ export class OutboxClient {
         'outbox: this page is not controlled by the outbox worker (first load not claimed, or a hard reload)'));
     }
     const requestId = message.requestId ?? nextRequestId();
+    const sent = { ...message, requestId };
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.pending.delete(String(requestId));
-        reject(new Error(`outbox: no answer to ${message.type} (requestId ${requestId}) within ${timeoutMs} ms`));
-      }, timeoutMs);
-      this.pending.set(String(requestId), { resolve, reject, timer });
-      controller.postMessage({ ...message, requestId });
+      const timer = this.answerTimer(sent, timeoutMs, reject);
+      this.pending.set(String(requestId), { resolve, reject, timer, message: sent, timeoutMs });
+      controller.postMessage(sent);
     });
+  }
+
+  /**
+   * The timer that rejects `sent` when no answer came within `timeoutMs`.
+   * @private
+   * @param {{type?: unknown, requestId: unknown}} sent
+   * @param {number} timeoutMs
+   * @param {(err: Error) => void} reject
+   * @returns {ReturnType<typeof setTimeout>}
+   */
+  answerTimer(sent, timeoutMs, reject) {
+    return setTimeout(() => {
+      this.pending.delete(String(sent.requestId));
+      reject(new Error(`outbox: no answer to ${sent.type} (requestId ${sent.requestId}) within ${timeoutMs} ms`));
+    }, timeoutMs);
+  }
+
+  /**
+   * A new version of the worker took over this page. A command sent to the version it
+   * replaced may never be answered: WebKit drops a message still on its way to a worker
+   * when a new version activates and the old one is stopped (seen in the chaos run: a
+   * FLUSH_QUEUE sent 5 ms before the activation reached neither worker, and the page
+   * waited out its timeout). Commands that may run twice ({@link RESENDABLE}) are sent
+   * again to the new controller, in the order they were first sent and under the same
+   * requestId, with a fresh timeout; the first answer settles the promise and a later
+   * one is ignored. The others keep waiting for their answer or their timeout.
+   * @private
+   */
+  onControllerChange() {
+    const controller = navigator.serviceWorker.controller;
+    if (!controller) return;
+    for (const p of this.pending.values()) {
+      if (!RESENDABLE.has(/** @type {string} */ (p.message.type))) continue;
+      clearTimeout(p.timer);
+      p.timer = this.answerTimer(p.message, p.timeoutMs, p.reject);
+      controller.postMessage(p.message);
+    }
   }
 
   /**

@@ -217,11 +217,13 @@ impl Outbox {
     }
 
     /// The worker became the active one (`activate`): another version may have changed
-    /// the session or the queue while this one waited, so its view is checked now.
+    /// the session or the queue while this one waited, so its view is checked now. (Not
+    /// through `fresh`, which trusts the view of a worker alone in its registration: a
+    /// version activating is alone already, and nothing else would check it again.)
     pub fn handle_activate(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
-            inner.fresh().await;
+            inner.check_generation().await;
             Ok(JsValue::UNDEFINED)
         })
     }

@@ -57,6 +57,14 @@ impl Inner {
             // view is as this worker left it (it was checked at start and activation).
             return;
         }
+        self.check_generation().await;
+    }
+
+    /// Reads the database's generation and reloads the view when it moved (or the view
+    /// is stale), whether or not this worker is alone: at activation a new version is
+    /// its registration's only worker already, but the version it replaces may have
+    /// written since this one loaded its view while installing.
+    pub(crate) async fn check_generation(&self) {
         let known = self.view.generation.get();
         match self.store.generation().await {
             Ok(g) if Some(g.n) == known => {}

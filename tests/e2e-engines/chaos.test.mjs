@@ -8,10 +8,11 @@
 // a skipped step where it cannot, so the sequence stays the seed's); account switches;
 // flushes; a new build of the worker deployed mid-run (a real update: the page registers
 // a worker of another configuration, which installs, skips waiting and takes over while
-// the old one may be mid-flush); and a sign-out with CLEAR_DEVICE while a write is on its
-// first attempt. Then recovery (faults cleared, network up, each account signed in and flushed
-// until its queue stops changing) and the checks, against /__control/applied (the
-// server's ground truth) and what the page was answered:
+// the old one may be mid-flush; a skipped step where the browser cannot take one
+// mid-run, WebKit: browser-update.test.mjs); and a sign-out with CLEAR_DEVICE while a
+// write is on its first attempt. Then recovery (faults cleared, network up, each account
+// signed in and flushed until its queue stops changing) and the checks, against
+// /__control/applied (the server's ground truth) and what the page was answered:
 //   (a) every write answered 202 (queued) or 2xx (applied) is applied exactly once, except
 //       records still in the queue for a reason the contract states (listed);
 //   (b) nothing applied twice: no (user, key) twice in the applied log, no write twice;
@@ -22,14 +23,17 @@
 // still on its first attempt when the clear committed is answered 503 and never stored.
 // Replay a failure with CHAOS_SEED=<seed> CHAOS_WRITES=<n> E2E_ENGINES=<engine> node --test
 // tests/e2e-engines/chaos.test.mjs (the step sequence is the seed's; the browser's own
-// timing still varies a little from run to run).
+// timing still varies a little from run to run). A failure names the step under way and
+// what the page, its workers (registration, controller changes, unanswered commands, a
+// LIST_QUEUE) and the server (its last requests) said then; a write left unanswered is a
+// failure after WRITE_ANSWER_MS, not a silent hang.
 import assert from 'node:assert/strict';
 import { randomInt } from 'node:crypto';
 import { appendFileSync, writeFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { lacks } from './engines.mjs';
 import {
-  captureReports, clearReports, forEachEngine, listQueue, signIn, signOutThroughUi, swPath,
+  captureReports, clearReports, forEachEngine, listQueue, outboxState, signIn, signOutThroughUi, swPath,
   waitForFlushReports, withDiagnostics,
 } from './outbox-helpers.mjs';
 
@@ -45,6 +49,13 @@ const ATTEMPT_TIMEOUT_MS = 800;
  * flushBudgetMs, 25 s, plus an attempt) and one more: under the run's faults that passed
  * the helpers' 30 s (seen: Firefox's sign-in, Chromium's sign-out, in CI). */
 const SESSION_WAIT = { timeout: 90000 };
+/** How long a write from the page may go unanswered before the run fails, naming it. The
+ * worker answers a write within attemptTimeoutMs (800 ms here) and one IndexedDB commit:
+ * 11 056 writes of WebKit runs on a loaded 2-core machine took 2 s at most (median 75 ms).
+ * Without it a page that never gets its answer holds the run until WebDriver's 90 s
+ * script timeout (WebKit, Firefox) or the test's own timeout (Chromium), saying only
+ * that a script timed out. */
+const WRITE_ANSWER_MS = 30000;
 
 process.stdout.write(`chaos: seed=${SEED} writes=${WRITES} (replay: CHAOS_SEED=${SEED} CHAOS_WRITES=${WRITES})\n`);
 
@@ -71,13 +82,34 @@ const ATTENTION_ALLOWED = new Set(['outcome-unknown', 'repeated-5xx', 'conflict'
 /** A write request without an Idempotency-Key (sign-in and sign-out carry none). */
 const isKeylessWrite = (q) => q.method === 'POST' && !q.key && !q.path.startsWith('/api/auth/');
 
+/**
+ * Appends `report.now()` to a failure: the run sets it once its page is open, to say
+ * which step was under way and what the page, its workers and the server said then.
+ */
+function withReport(report, fn) {
+  return async (t) => {
+    try {
+      await fn(t);
+    } catch (err) {
+      if (report.now && err && typeof err === 'object') {
+        const text = await report.now().catch((e) => `(no report: ${e.message})`);
+        if (text) err.message += `\n${text}`;
+      }
+      throw err;
+    }
+  };
+}
+
 forEachEngine((engine, harness) => {
+  const report = { now: null };
   test(`chaos run (seed ${SEED}, ${WRITES} writes): exactly once, in order, under the right account`,
     { timeout: PHASE_MS + 240000 },
-    withDiagnostics(harness, async (t) => {
+    withDiagnostics(harness, withReport(report, async (t) => {
       const h = harness();
       /** Why this engine cannot stop a worker (the step is skipped), or false. */
       const noStop = lacks(engine, 'stopWorkers');
+      /** Why this engine cannot take a new build mid-run (the step is skipped), or false. */
+      const noDeploy = lacks(engine, 'updateMidRun');
       const rng = mulberry32(SEED);
       const pick = (xs) => xs[Math.floor(rng() * xs.length)];
       const chance = (p) => rng() < p;
@@ -110,16 +142,32 @@ forEachEngine((engine, harness) => {
       let rules = [];
       const stats = {
         faults: 0, kills: 0, killsSkipped: 0, reloads: 0, switches: 0, flushes: 0, flushErrors: 0, steps: 0, deploys: 0, clears: 0,
+        deploysSkipped: 0,
       };
       let newestScript = null;
       /** Every write issued, in issue order. */
       const writes = [];
+      /** The operation under way and since when, for a failure report: a page script
+       * that never returns says only that it timed out. */
+      let doing = 'sign-in as alice';
+      let doingSince = Date.now();
+      const begin = (what) => { doing = what; doingSince = Date.now(); };
+      report.now = async () => {
+        if (doing === 'the checks') return ''; // their message says it all
+        const state = await outboxState(page);
+        const requests = await h.requests().then((rs) => rs.slice(-25), (e) => `unavailable: ${e.message}`);
+        const text = `under way when it failed: ${doing} (for ${Date.now() - doingSince} ms)\npage and workers now: ${JSON.stringify(state, null, 1)}\nthe server's last requests: ${JSON.stringify(requests)}\nlast steps:\n${events.slice(-25).join('\n')}`;
+        if (trace) appendFileSync(trace, `FAILED during ${doing}\n${text}\n`);
+        return text;
+      };
 
       async function setNetwork(up) {
+        begin(`network ${up ? 'up' : 'down'}`);
         await h.setNetwork(up);
         netUp = up;
       }
       async function setRules(next) {
+        begin('fault rules');
         await h.control('faults', { rules: next });
         rules = next;
       }
@@ -147,10 +195,17 @@ forEachEngine((engine, harness) => {
         const path = pathOf(ws);
         const tag = `chaos-${SEED}-${i}`;
         const body = ws ? { title: tag } : { text: tag };
-        const r = await page.evaluate(async ([p, b]) => {
+        begin(`write w${i} (${current} POST ${path})`);
+        const r = await page.evaluate(async ([p, b, what, ms]) => {
           const controller = navigator.serviceWorker.controller?.scriptURL ?? null;
-          return { ...(await window.demo.api('POST', p, b)), controller };
-        }, [path, body]);
+          window.__pendingStep = { what, since: new Date().toISOString(), controller };
+          const answer = await Promise.race([window.demo.api('POST', p, b),
+            new Promise((res) => { setTimeout(() => res(null), ms); })]);
+          if (answer === null) return { unanswered: true, controller };
+          window.__pendingStep = null;
+          return { ...answer, controller };
+        }, [path, body, `write w${i} POST ${path}`, WRITE_ANSWER_MS]);
+        if (r.unanswered) throw new Error(`write w${i} (${current} POST ${path}): the page got no answer within ${WRITE_ANSWER_MS} ms`);
         let outcome;
         if (r.status === 202 && r.body?.queued === true) outcome = 'queued';
         else if (r.status >= 200 && r.status < 300) outcome = 'applied';
@@ -192,9 +247,15 @@ forEachEngine((engine, harness) => {
 
       /** Deploys a new build: another configuration is another worker script. */
       async function deploy() {
+        if (noDeploy) {
+          stats.deploysSkipped += 1;
+          note('deploy skipped (the engine cannot take it mid-run)');
+          return;
+        }
         stats.deploys += 1;
         const cfg = { attemptTimeoutMs: ATTEMPT_TIMEOUT_MS, replayConcurrency: 1 + (stats.deploys % 6) };
         newestScript = `/sw.js?config=${encodeURIComponent(JSON.stringify(cfg))}`;
+        begin(`deploy ${stats.deploys}: register ${newestScript}`);
         const ok = await page.evaluate((u) => navigator.serviceWorker.register(u, { scope: '/' }).then(() => true, () => false), newestScript);
         note(`deploy ${stats.deploys} (${ok ? 'registered' : 'refused'})`);
       }
@@ -206,10 +267,15 @@ forEachEngine((engine, harness) => {
         const path = pathOf(ws);
         const tag = `chaos-${SEED}-${i}`;
         const body = ws ? { title: tag } : { text: tag };
+        begin(`write w${i} (${current} POST ${path}) during a clear`);
         await page.evaluate(([p, b]) => { window.__midClear = window.demo.api('POST', p, b); }, [path, body]);
         await sleep(Math.floor(rng() * 300));
+        begin(`CLEAR_DEVICE while w${i} is on its first attempt`);
         const cleared = await page.evaluate(() => window.demo.client.clearDevice().catch((e) => ({ ok: false, reason: e.message })));
-        const r = await page.evaluate(() => window.__midClear);
+        begin(`the answer to w${i} (written during a clear)`);
+        const r = await page.evaluate((ms) => Promise.race([window.__midClear,
+          new Promise((res) => { setTimeout(() => res({ unanswered: true }), ms); })]), WRITE_ANSWER_MS);
+        if (r.unanswered) throw new Error(`write w${i} (${current} POST ${path}, during a clear): the page got no answer within ${WRITE_ANSWER_MS} ms`);
         let outcome;
         if (r.status === 202 && r.body?.queued === true) outcome = 'queued';
         else if (r.status === 503 && /cleared/.test(r.body?.error ?? '')) outcome = 'cleared';
@@ -230,13 +296,16 @@ forEachEngine((engine, harness) => {
         // The session went with the device's data: sign in again (the network is needed).
         const wasUp = netUp;
         if (!netUp) await setNetwork(true);
+        begin(`sign-out after a clear (${current})`);
         await signOutThroughUi(page, SESSION_WAIT);
+        begin(`sign-in after a clear (${current})`);
         await signIn(page, current, SESSION_WAIT);
         if (!wasUp) await setNetwork(false);
       }
 
       async function tryFlush() {
         stats.flushes += 1;
+        begin('FLUSH_QUEUE');
         try {
           const r = await page.evaluate(() => window.demo.client.flush());
           note(`flush ok=${r.ok}${r.reason ? ` (${r.reason})` : ''} affected=${r.affected ?? '-'}`);
@@ -245,6 +314,7 @@ forEachEngine((engine, harness) => {
           // A worker stopped while the command was pending loses its answer: not a failure here.
           stats.flushErrors += 1;
           note(`flush error ${err.message.split('\n')[0]}`);
+          if (trace) appendFileSync(trace, `  page and workers then: ${JSON.stringify(await outboxState(page))}\n`);
           return null;
         }
       }
@@ -254,7 +324,9 @@ forEachEngine((engine, harness) => {
         const wasUp = netUp;
         if (!netUp) await setNetwork(true);
         await tryFlush(); // lets a flush under way finish before the session changes under it
+        begin(`sign-out of ${current} (switching to ${next})`);
         await signOutThroughUi(page, SESSION_WAIT);
+        begin(`sign-in as ${next}`);
         await signIn(page, next, SESSION_WAIT);
         current = next;
         stats.switches += 1;
@@ -306,6 +378,7 @@ forEachEngine((engine, harness) => {
       }
       t.diagnostic(`chaos phase: ${stats.steps} steps, ${writes.length} writes`);
       if (newestScript) {
+        begin('waiting for the newest build to control the page');
         // The last build takes over (a restart of the old worker mid-stop can make that wait
         // for Chromium's idle timeout, or its limit under DevTools: reported, not asserted).
         const took = await page.waitForFunction((u) => navigator.serviceWorker.controller?.scriptURL.endsWith(u),
@@ -328,7 +401,9 @@ forEachEngine((engine, harness) => {
           await clearReports(page);
           const r = await tryFlush();
           if (!r || !r.ok) { await sleep(1100); continue; } // Retry-After window, or a lost answer
+          begin(`recovery of ${account}: the flush's reports`);
           const { blocked } = await waitForFlushReports(page, { timeout: 60000 });
+          begin(`recovery of ${account}: LIST_QUEUE`);
           const snap = await queueSnapshot();
           if (snap === previous && r.affected === 0) {
             stable = true;
@@ -340,6 +415,7 @@ forEachEngine((engine, harness) => {
       }
 
       // ---- checks ----
+      begin('the checks');
       const applied = await h.applied();
       const requests = await h.requests();
       const finalQueue = await listQueue(page);
@@ -483,7 +559,7 @@ forEachEngine((engine, harness) => {
 
       const appliedCount = writes.filter((w) => appliedOf.get(w.tag).length).length;
       const misrouted = problems.filter((p) => p.startsWith('(d)')).length;
-      const summary = `chaos ${engine}: seed=${SEED} writes=${writes.length} faults=${stats.faults} worker-kills=${stats.kills}${stats.killsSkipped ? ` (${stats.killsSkipped} skipped: ${noStop})` : ''} deploys=${stats.deploys} clears=${stats.clears} applied=${appliedCount} duplicates=${duplicates} lost=${lost} misrouted=${misrouted} out-of-order=${orderViolations.length} blocked=${finalQueue.length} bypassed=${bypassed.length} (reloads ${stats.reloads}, keyless requests ${keylessRequests})`;
+      const summary = `chaos ${engine}: seed=${SEED} writes=${writes.length} faults=${stats.faults} worker-kills=${stats.kills}${stats.killsSkipped ? ` (${stats.killsSkipped} skipped: ${noStop})` : ''} deploys=${stats.deploys}${stats.deploysSkipped ? ` (${stats.deploysSkipped} skipped: ${noDeploy})` : ''} clears=${stats.clears} applied=${appliedCount} duplicates=${duplicates} lost=${lost} misrouted=${misrouted} out-of-order=${orderViolations.length} blocked=${finalQueue.length} bypassed=${bypassed.length} (reloads ${stats.reloads}, keyless requests ${keylessRequests})`;
       process.stdout.write(`${summary}\n`);
       const outcomes = {};
       for (const w of writes) outcomes[w.outcome] = (outcomes[w.outcome] ?? 0) + 1;
@@ -495,5 +571,5 @@ forEachEngine((engine, harness) => {
       const heldBack = blockedWrites.filter((b) => b.rec.state === 'queued').length;
       if (heldBack) t.diagnostic(`blocked: ${heldBack} more held back behind them (workspace-order, never applied)`);
       assert.deepEqual(problems, [], `${summary}\nreplay with CHAOS_SEED=${SEED} CHAOS_WRITES=${WRITES} E2E_ENGINES=${engine}\nlast steps:\n${events.slice(-60).join('\n')}`);
-    }));
+    })));
 });

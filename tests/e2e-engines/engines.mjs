@@ -37,6 +37,8 @@ const NO_QUOTA = 'its automation has no command that shrinks an origin\'s storag
 /**
  * What each engine's automation can do, or why it cannot: `true`, or the reason a test
  * needing it is skipped (printed as the skip's reason, and listed in the README).
+ * `updateMidRun` is the browser's own: whether a new worker version can take over while
+ * the page and the old worker are busy without wedging IndexedDB or losing requests.
  */
 export const FEATURES = {
   chromium: {
@@ -49,6 +51,7 @@ export const FEATURES = {
     backgroundFlush: true,
     clickNotification: 'headless Chromium shows no notification UI, and neither CDP nor playwright has a command that clicks one',
     noBackgroundSync: 'Chromium has Background Sync: its own sync retries may drain the queue first, so the no-sync fallbacks are tested where sync is absent',
+    updateMidRun: true,
   },
   firefox: {
     stopWorkers: true,
@@ -60,6 +63,7 @@ export const FEATURES = {
     backgroundFlush: true,
     clickNotification: true,
     noBackgroundSync: true,
+    updateMidRun: true,
   },
   webkit: {
     stopWorkers: 'WebKitWebDriver has no command that stops a service worker (nor does MiniBrowser\'s automation)',
@@ -71,6 +75,7 @@ export const FEATURES = {
     backgroundFlush: 'no automatic flush can be caused from a test: no sync event (no Background Sync) and no worker online event (no offline switch)',
     clickNotification: 'MiniBrowser shows no notification here (permission denied, see grantNotifications), and WebKitWebDriver has no command that clicks one',
     noBackgroundSync: true,
+    updateMidRun: 'an update that stops the old worker while it starts IndexedDB transactions leaves one of them unfinished in WebKit, and the new version\'s read-write transactions on that store then wait, minutes and more (browser-update.test.mjs); WebKit also drops a fetch or message on its way to the old worker at that moment',
   },
 };
 

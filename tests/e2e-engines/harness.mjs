@@ -24,7 +24,8 @@ function checkPrerequisites({ serverBin, www, requireWorker }) {
 }
 
 /** Installs, once per page load, what the tests and diagnostics read in the page: the
- * page's errors (classic WebDriver has no console log) and every message the worker sends. */
+ * page's errors (classic WebDriver has no console log), every message the worker sends,
+ * and when the page's controller changed. */
 export async function installRecorders(page) {
   await page.evaluate(() => {
     if (window.__recorders) return;
@@ -36,6 +37,10 @@ export async function installRecorders(page) {
       const orig = console[level].bind(console);
       console[level] = (...a) => { window.__errors.push(`[${level}] ${a.map(String).join(' ')}`); orig(...a); };
     }
+    // When the page's controller changed (a new version took over), for diagnostics.
+    window.__controllerChanges = [];
+    navigator.serviceWorker.addEventListener('controllerchange', () => window.__controllerChanges.push(
+      `${new Date().toISOString().slice(11, 23)} ${navigator.serviceWorker.controller?.scriptURL.replace(location.origin, '') ?? 'none'}`));
     window.__reportsInstalled = true;
     window.__reports = [];
     window.demo.client.on('*', (m) => { window.__reports.push(JSON.parse(JSON.stringify(m))); });

@@ -289,3 +289,51 @@ export function storedRecord(page, id) {
     };
   }), id);
 }
+
+/**
+ * What the page and its service workers say right now, for a failure report: the page's
+ * controller and the registration's workers with their states, when the controller
+ * changed (installRecorders), the demo's session, the requestIds of its commands still
+ * unanswered and how long ago they were sent, what the chaos run marked as pending
+ * (`window.__pendingStep`), the page's errors, and a LIST_QUEUE summary. Every question to
+ * a worker has a timeout of its own (`timeoutMs`), so a stuck worker is reported as
+ * such instead of waited for; never throws (a page that cannot answer says so).
+ */
+export async function outboxState(page, { timeoutMs = 5000 } = {}) {
+  try {
+    return await page.evaluate(async (ms) => {
+      const within = (p, what) => Promise.race([
+        Promise.resolve(p).catch((e) => `${what} failed: ${e?.message ?? e}`),
+        new Promise((r) => setTimeout(() => r(`${what}: no answer within ${ms} ms`), ms)),
+      ]);
+      const reg = await within(navigator.serviceWorker.getRegistration(), 'getRegistration');
+      const worker = (w) => (w ? `${w.scriptURL.replace(location.origin, '')} ${w.state}` : null);
+      const client = window.demo?.client;
+      // Before the LIST_QUEUE below joins them. A helper's requestId starts with the time.
+      const unanswered = client ? [...client.pending.entries()].map(([id, p]) => {
+        const sent = /^oc-([0-9a-z]+)-/.exec(id);
+        return `${p.message?.type ?? '?'} ${id}${sent ? ` (sent ${Date.now() - parseInt(sent[1], 36)} ms ago)` : ''}`;
+      }) : null;
+      const list = client ? await within(client.send({ type: 'LIST_QUEUE' }, { timeoutMs: ms }), 'LIST_QUEUE') : 'no client';
+      const records = Array.isArray(list?.records)
+        ? list.records.map((r) => `#${r.id} ${r.ownerId ?? '-'} ${r.workspace ?? 'notes'} ${r.state}${r.attentionReason ? ` ${r.attentionReason}` : ''}`)
+        : list;
+      return {
+        at: new Date().toISOString(),
+        controller: worker(navigator.serviceWorker.controller),
+        registration: typeof reg === 'object' && reg
+          ? { installing: worker(reg.installing), waiting: worker(reg.waiting), active: worker(reg.active) }
+          : reg,
+        user: window.demo?.state?.user?.id ?? null,
+        sessionSynced: window.demo?.sessionSynced ?? null,
+        unanswered,
+        pendingStep: window.__pendingStep ?? null,
+        errors: (window.__errors ?? []).slice(-10),
+        queue: records,
+        controllerChanges: (window.__controllerChanges ?? []).slice(-10),
+      };
+    }, timeoutMs);
+  } catch (err) {
+    return { unavailable: err.message.split('\n')[0] };
+  }
+}
