@@ -83,6 +83,15 @@ function cacheContents(page) {
   });
 }
 
+/** The registration's workers, each as `scriptURL state`. */
+function workerStates(page) {
+  return page.evaluate(async () => {
+    const reg = await navigator.serviceWorker.getRegistration();
+    const one = (w) => (w ? `${new URL(w.scriptURL).search || w.scriptURL} ${w.state}` : null);
+    return reg ? { installing: one(reg.installing), waiting: one(reg.waiting), active: one(reg.active) } : null;
+  });
+}
+
 /** The files of dist/app as URL paths, the worker's own aside. */
 async function builtShell() {
   const assets = await readdir(join(app, 'dist/app/assets'));
@@ -209,10 +218,16 @@ describe('a Vite app built with sw-outbox/vite', () => {
     assert.notEqual(second.shell, first.shell, 'a new shell build id');
 
     await page.evaluate(async () => (await navigator.serviceWorker.getRegistration()).update());
+    // What was last seen, for a failure: the caches and the registration's workers.
+    let seen = null;
     const cached = await eventually(async () => {
       const c = await cacheContents(page);
+      seen = { caches: Object.keys(c), workers: await workerStates(page) };
       return Object.keys(c).length === 1 && c[second.cache] ? c : null;
-    }, { timeout: 30000, what: `only ${second.cache} left` });
+    }, { timeout: 30000, what: `only ${second.cache} left` }).catch((err) => {
+      err.message += `; last seen ${JSON.stringify(seen)}`;
+      throw err;
+    });
     assert.deepEqual(cached[second.cache].filter((p) => !p.includes('/sw-outbox/')), await builtShell());
     await page.waitForFunction(async () => {
       const reg = await navigator.serviceWorker.getRegistration();

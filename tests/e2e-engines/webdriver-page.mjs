@@ -289,13 +289,26 @@ class Locator {
     return null;
   }
 
+  /** Runs a read of the matching elements; when the page replaced one between its lookup
+   * and the read (the demo re-renders its outbox panel on every report: a stale element
+   * reference, seen in Firefox's CI run), looks it up again, as playwright's locators do. */
+  async read(fn) {
+    for (let tries = 1; ; tries += 1) {
+      try {
+        return await this.page.run(fn);
+      } catch (err) {
+        if (err?.name !== 'StaleElementReferenceError' || tries >= 20) throw err;
+      }
+    }
+  }
+
   /** How many elements match now. */
-  count() { return this.page.run(async (d) => (await this.elements(d)).length); }
+  count() { return this.read(async (d) => (await this.elements(d)).length); }
 
   /** The value of the matching form field (waits for it to be attached). */
   async inputValue({ timeout = 30000 } = {}) {
     await this.waitFor({ state: 'attached', timeout });
-    return this.page.run(async (d) => d.executeScript('return arguments[0].value', await this.element(d)));
+    return this.read(async (d) => d.executeScript('return arguments[0].value', await this.element(d)));
   }
 
   async visibleNow(d) {
@@ -303,10 +316,10 @@ class Locator {
     return el !== null && await el.isDisplayed();
   }
 
-  isVisible() { return this.page.run((d) => this.visibleNow(d)); }
+  isVisible() { return this.read((d) => this.visibleNow(d)); }
 
   textContent() {
-    return this.page.run(async (d) => {
+    return this.read(async (d) => {
       const el = await this.element(d);
       return el ? el.getAttribute('textContent') : null;
     });
@@ -316,7 +329,7 @@ class Locator {
   async waitFor({ state = 'visible', timeout = 30000 } = {}) {
     const end = Date.now() + timeout;
     for (;;) {
-      const ok = await this.page.run(async (d) => {
+      const ok = await this.read(async (d) => {
         if (state === 'attached') return (await this.element(d)) !== null;
         if (state === 'detached') return (await this.element(d)) === null;
         const visible = await this.visibleNow(d).catch(() => false);
