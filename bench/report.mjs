@@ -34,7 +34,7 @@ export function settingTargets(r, s) {
     add('1c', `replay cost per record at ${m.big.n} vs ${m.small.n}`, m.perRecordRatio, 1.2, '<=');
     const mem = m.big.memory;
     if (mem?.wasmMemoryAfter != null && mem.wasmMemoryBefore != null) {
-      add('1d', `wasm memory growth during the replay of ${m.big.n} (KB per record)`, (mem.wasmMemoryAfter - mem.wasmMemoryBefore) / 1024 / m.big.n, 0.1, '<=');
+      add('1d', `wasm memory growth during the fill and replay of ${m.big.n} (KB per record)`, (mem.wasmMemoryAfter - mem.wasmMemoryBefore) / 1024 / m.big.n, 0.1, '<=');
     }
   }
   if (s.enqueueSequential && s.rawLimit) {

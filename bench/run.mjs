@@ -364,6 +364,15 @@ async function runSetting(setting, env) {
       await site.page.bringToFront();
       if (site.fills++ > 0) await site.ev(() => window.bench.clear());
       await site.reset(); await site.down(true);
+      // The wasm memory's baseline is read before the fill, so its growth covers the fill
+      // and the replay: Chromium 156's renderer crashed during the replay in 12 of 44 smoke
+      // runs when Runtime.queryObjects had run on the worker just before it (0 of 32 with
+      // a fill, or only a forced GC, in between).
+      let wasmBefore = null;
+      if (sampler) {
+        const probe = await WorkerCDP.attach(context, site.page, site.origin);
+        if (probe) { wasmBefore = await probe.wasmMemory().catch(() => null); await probe.detach(); }
+      }
       const fill = await site.ev((a) => window.bench.fill(a), { n: count, workspaces: opt.workspaces, run, bytes: opt.bytes });
       expect202(`${site.label ?? site.subject} fill ${count}`, fill.statuses, count);
       if (!sampler) {
@@ -373,11 +382,11 @@ async function runSetting(setting, env) {
         if (queued !== count) problems.push(`${label}: ${site.label ?? site.subject}: ${queued} records queued after filling ${count}`);
       }
       await site.down(false);
-      let mem = null; let stopSampling = null; const samples = []; let wasmBefore = null;
+      let mem = null; let stopSampling = null; const samples = [];
       if (sampler) {
         mem = await WorkerCDP.attach(context, site.page, site.origin);
         if (mem) {
-          wasmBefore = await mem.wasmMemory().catch(() => null); // also a full GC: a clean baseline
+          await mem.send('HeapProfiler.collectGarbage').catch(() => {}); // a clean baseline
           samples.push({ t: 0, ...(await mem.heap()) });
           let on = true;
           const loop = (async () => {
