@@ -108,14 +108,39 @@ forEachEngine((engine, harness) => {
     // browser's update check sees a changed worker).
     const newId = `${oldId}-next`;
     await writeFile(join(www, 'pkg/build.js'), `self.SW_OUTBOX_BUILD = "${newId}";\n`);
-    await page.evaluate(async () => {
+    // The browser's update check, as on a navigation. When one found nothing new (no
+    // worker installing or waiting, no new cache) it is asked again after 5 s, as later
+    // navigations would: the swap is the product's part, noticing the deploy the browser's.
+    const updateCheck = () => page.evaluate(async () => {
       const reg = await navigator.serviceWorker.getRegistration();
-      await reg.update();
+      await reg.update().catch(() => {});
     });
-    const caches = await eventually(async () => {
-      const c = await cacheContents(page);
-      return Object.keys(c).length === 1 && c[`sw-outbox-${newId}`] ? c : null;
-    }, { timeout: 30000, what: `only sw-outbox-${newId} left` });
+    await updateCheck();
+    let checks = 1;
+    let lastCheck = Date.now();
+    let seen = null;
+    let caches;
+    try {
+      caches = await eventually(async () => {
+        const c = await cacheContents(page);
+        if (Object.keys(c).length === 1 && c[`sw-outbox-${newId}`]) return c;
+        seen = await page.evaluate(async () => {
+          const reg = await navigator.serviceWorker.getRegistration();
+          return { installing: reg.installing?.state ?? null, waiting: reg.waiting?.state ?? null, active: reg.active?.state ?? null };
+        });
+        seen.caches = Object.keys(c);
+        if (!seen.installing && !seen.waiting && !c[`sw-outbox-${newId}`] && Date.now() - lastCheck > 5000) {
+          await updateCheck();
+          checks += 1;
+          lastCheck = Date.now();
+        }
+        return null;
+      }, { timeout: 30000, what: `only sw-outbox-${newId} left` });
+    } catch (e) {
+      e.message += `\nlast seen: ${JSON.stringify(seen)}; update checks: ${checks}`;
+      throw e;
+    }
+    t.diagnostic(`update checks until the new build took over: ${checks}`);
     assert.ok(caches[`sw-outbox-${newId}`].includes('/index.html'), 'the new shell is precached');
     assert.equal(await page.evaluate(() => navigator.serviceWorker.controller.scriptURL), oldWorker,
       'same script URL, new worker');
