@@ -523,7 +523,7 @@ async fn send_one(
     // its lane may be handed out before it committed, as that record's own mark commits
     // after it (and fails if it failed); the flush waits for every step before it reports.
     if let Some((step, lane)) = step {
-        drop(inner.submit_step(step, lane));
+        inner.hand_over_step(step, lane);
     }
     done(verdict, attention, true)
 }

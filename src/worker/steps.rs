@@ -21,12 +21,16 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 type Waiter = oneshot::Sender<Result<StepDone, IdbError>>;
+/// What is left of an [`Item`] once its step went into a transaction.
+type Handed = (Option<Lane>, Option<Waiter>);
 
 struct Item {
     step: ReplayStep,
     /// A deleted record's lane, which the view stops counting once the delete committed.
     lane: Option<Lane>,
-    waiter: Waiter,
+    /// Told the step's result; `None` for a settlement handed over unawaited
+    /// ([`Inner::hand_over_step`]), which [`Inner::steps_stored`] accounts for.
+    waiter: Option<Waiter>,
 }
 
 #[derive(Default)]
@@ -37,15 +41,6 @@ pub struct Steps {
     failed: Cell<bool>,
     /// Callers of [`Inner::steps_stored`], told once every step handed over is settled.
     drained: RefCell<Vec<oneshot::Sender<bool>>>,
-}
-
-/// A step handed to the group commit; resolves once its transaction committed (or
-/// failed).
-pub(crate) type StepResult = oneshot::Receiver<Result<StepDone, IdbError>>;
-
-/// What a step handed over but never answered means.
-pub(crate) fn dropped() -> IdbError {
-    IdbError::Aborted("the step was dropped".into())
 }
 
 impl Inner {
@@ -73,27 +68,30 @@ impl Inner {
         step: ReplayStep,
         lane: Option<Lane>,
     ) -> Result<StepDone, IdbError> {
-        self.submit_step(step, lane)
-            .await
-            .unwrap_or_else(|_| Err(dropped()))
+        let (tx, rx) = oneshot::channel();
+        self.submit_step(step, lane, Some(tx));
+        rx.await
+            .unwrap_or_else(|_| Err(IdbError::Aborted("the step was dropped".into())))
     }
 
-    /// Hands a step over now (its place among the flush's steps is fixed here) and
-    /// returns what will say whether it was stored (it may be dropped: then
-    /// [`Inner::steps_stored`] tells).
-    pub(crate) fn submit_step(self: &Rc<Self>, step: ReplayStep, lane: Option<Lane>) -> StepResult {
-        let (tx, rx) = oneshot::channel();
-        self.steps.queue.borrow_mut().push(Item {
-            step,
-            lane,
-            waiter: tx,
-        });
+    /// Hands a settlement over without waiting for it to commit (see the module's
+    /// comment); whether it was stored, [`Inner::steps_stored`] tells.
+    pub(crate) fn hand_over_step(self: &Rc<Self>, step: ReplayStep, lane: Option<Lane>) {
+        self.submit_step(step, lane, None);
+    }
+
+    /// Queues a step now (its place among the flush's steps is fixed here) and starts
+    /// the commit loop unless it runs.
+    fn submit_step(self: &Rc<Self>, step: ReplayStep, lane: Option<Lane>, waiter: Option<Waiter>) {
+        self.steps
+            .queue
+            .borrow_mut()
+            .push(Item { step, lane, waiter });
         if !self.steps.running.get() {
             self.steps.running.set(true);
             let me = self.clone();
             wasm_bindgen_futures::spawn_local(async move { me.run_steps().await });
         }
-        rx
     }
 
     async fn run_steps(self: Rc<Self>) {
@@ -107,7 +105,7 @@ impl Inner {
                 }
                 return;
             }
-            let (steps, rest): (Vec<ReplayStep>, Vec<(Option<Lane>, Waiter)>) = batch
+            let (steps, rest): (Vec<ReplayStep>, Vec<Handed>) = batch
                 .into_iter()
                 .map(|i| (i.step, (i.lane, i.waiter)))
                 .unzip();
@@ -130,12 +128,14 @@ impl Inner {
                         });
                     }
                     for ((_, waiter), d) in rest.into_iter().zip(done) {
-                        let _ = waiter.send(Ok(d));
+                        if let Some(waiter) = waiter {
+                            let _ = waiter.send(Ok(d));
+                        }
                     }
                 }
                 Err(e) => {
                     self.steps.failed.set(true);
-                    for (_, waiter) in rest {
+                    for waiter in rest.into_iter().filter_map(|(_, w)| w) {
                         let _ = waiter.send(Err(e.clone()));
                     }
                 }
