@@ -366,8 +366,8 @@ async function runSetting(setting, env) {
       await site.reset(); await site.down(true);
       // The wasm memory's baseline is read before the fill, so its growth covers the fill
       // and the replay: Chromium 156's renderer crashed during the replay in 12 of 44 smoke
-      // runs when Runtime.queryObjects had run on the worker just before it (0 of 32 with
-      // a fill, or only a forced GC, in between).
+      // runs when Runtime.queryObjects had run on the worker just before it (0 of 20 with
+      // the query before the fill; 0 of 16 with only a forced GC before the replay).
       let wasmBefore = null;
       if (sampler) {
         const probe = await WorkerCDP.attach(context, site.page, site.origin);

@@ -15,7 +15,7 @@ import { test } from 'node:test';
 import { lacks } from './engines.mjs';
 import { repoRoot } from './harness.mjs';
 import {
-  eventually, flush, forEachEngine, listQueue, queuedWrite, signIn, withDiagnostics,
+  eventually, flush, forEachEngine, listQueue, outboxState, queuedWrite, signIn, withDiagnostics,
 } from './outbox-helpers.mjs';
 
 /** Every cache of the origin with the URLs it holds. */
@@ -118,18 +118,15 @@ forEachEngine((engine, harness) => {
     await updateCheck();
     let checks = 1;
     let lastCheck = Date.now();
-    let seen = null;
     let caches;
     try {
       caches = await eventually(async () => {
         const c = await cacheContents(page);
         if (Object.keys(c).length === 1 && c[`sw-outbox-${newId}`]) return c;
-        seen = await page.evaluate(async () => {
+        if (!c[`sw-outbox-${newId}`] && Date.now() - lastCheck > 5000 && !(await page.evaluate(async () => {
           const reg = await navigator.serviceWorker.getRegistration();
-          return { installing: reg.installing?.state ?? null, waiting: reg.waiting?.state ?? null, active: reg.active?.state ?? null };
-        });
-        seen.caches = Object.keys(c);
-        if (!seen.installing && !seen.waiting && !c[`sw-outbox-${newId}`] && Date.now() - lastCheck > 5000) {
+          return Boolean(reg.installing || reg.waiting);
+        }))) {
           await updateCheck();
           checks += 1;
           lastCheck = Date.now();
@@ -137,7 +134,9 @@ forEachEngine((engine, harness) => {
         return null;
       }, { timeout: 30000, what: `only sw-outbox-${newId} left` });
     } catch (e) {
-      e.message += `\nlast seen: ${JSON.stringify(seen)}; update checks: ${checks}`;
+      const c = await cacheContents(page).catch((err) => String(err));
+      e.message += `\nlast seen: caches ${JSON.stringify(typeof c === 'string' ? c : Object.keys(c))}, `
+        + `${JSON.stringify(await outboxState(page))}; update checks: ${checks}`;
       throw e;
     }
     t.diagnostic(`update checks until the new build took over: ${checks}`);
