@@ -120,12 +120,19 @@ function startFlush(o) {
   return startup;
 }
 
+/** A request for a file to precache: from the server, never from the HTTP cache. A
+ * revalidation could be answered 304 for a changed file by a server whose validator is
+ * its one-second file time, and the old copy would be precached under the new build's
+ * name; and after a CLEAR_DEVICE the HTTP cache may hold the previous account's page.
+ * `no-store`, not `reload`: Firefox's offline mode answers a `reload` from its cache. */
+const fresh = (url) => new Request(url, { cache: 'no-store' });
+
 /** Adds back precached files missing from this build's cache. */
 async function restoreShell() {
   try {
     const cache = await caches.open(CACHE);
     for (const url of CONFIG.precache) {
-      if (!(await cache.match(url))) await cache.add(url).catch(() => {});
+      if (!(await cache.match(url))) await cache.add(fresh(url)).catch(() => {});
     }
   } catch (e) {
     console.warn('sw-outbox: app shell not restored', e);
@@ -169,7 +176,7 @@ function keepAlive(event, work) {
 self.addEventListener('install', (event) => {
   event.waitUntil((async () => {
     const cache = await caches.open(CACHE);
-    await cache.addAll([...RUNTIME, ...CONFIG.precache]);
+    await cache.addAll([...RUNTIME, ...CONFIG.precache].map(fresh));
     await outbox(); // a build whose module does not start must not install
     await self.skipWaiting();
   })());

@@ -190,6 +190,84 @@ async fn static_files() {
     srv.shutdown().await;
 }
 
+/// A deploy that rewrites a file within the same second (same length, same mtime) is
+/// still a change: validators come from the bytes, so the browser's revalidation of
+/// `sw.js` gets the new file instead of a 304, and date conditions are ignored.
+#[tokio::test]
+async fn static_validators_follow_the_bytes_not_the_file_time() {
+    let config = test_config(fast_settings(), Mode::Test);
+    let www = config.www.clone();
+    let srv = start_config(config).await;
+    let c = Client::anonymous(srv.addr);
+
+    let first = c.get("/sw.js").await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("last-modified"), None, "no date validator");
+    let tag = first.header("etag").expect("an ETag").to_owned();
+    assert!(
+        tag.starts_with('"') && tag.ends_with('"') && tag.len() == 34,
+        "{tag}"
+    );
+
+    let same = c
+        .send("GET", "/sw.js", &[("If-None-Match", &tag)], None)
+        .await;
+    assert_eq!((same.status, same.body.len()), (304, 0));
+    assert_eq!(same.header("etag"), Some(tag.as_str()));
+    assert_eq!(same.header("cache-control"), Some("no-cache"));
+    let listed = format!("\"other\", W/{tag}");
+    let weak = c
+        .send("GET", "/sw.js", &[("If-None-Match", &listed)], None)
+        .await;
+    assert_eq!(weak.status, 304, "a list, compared weakly");
+
+    // The next deploy: same length, the file's time put back to the old one.
+    let path = www.join("sw.js");
+    let mtime = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    std::fs::write(&path, "self.x = 2;").expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .and_then(|f| f.set_modified(mtime))
+        .expect("set mtime");
+    let far_future = "Fri, 01 Jan 2100 00:00:00 GMT";
+    let changed = c
+        .send(
+            "GET",
+            "/sw.js",
+            &[("If-None-Match", &tag), ("If-Modified-Since", far_future)],
+            None,
+        )
+        .await;
+    assert_eq!(changed.status, 200, "a changed file is never 304");
+    assert_eq!(changed.body, b"self.x = 2;");
+    assert_ne!(changed.header("etag"), Some(tag.as_str()));
+    assert_eq!(changed.header("content-type"), Some("text/javascript"));
+
+    // Ranges still work; under an If-Range the whole file is sent.
+    let part = c
+        .send("GET", "/sw.js", &[("Range", "bytes=0-3")], None)
+        .await;
+    assert_eq!((part.status, part.body.as_slice()), (206, &b"self"[..]));
+    let whole = c
+        .send(
+            "GET",
+            "/sw.js",
+            &[("Range", "bytes=0-3"), ("If-Range", &tag)],
+            None,
+        )
+        .await;
+    assert_eq!(
+        (whole.status, whole.body.as_slice()),
+        (200, &b"self.x = 2;"[..])
+    );
+    let head = c.send("HEAD", "/sw.js", &[], None).await;
+    assert_eq!((head.status, head.header("last-modified")), (200, None));
+    srv.shutdown().await;
+}
+
 #[tokio::test]
 async fn control_routes_absent_in_prod_and_only_for_the_own_origin() {
     let prod = start_with(fast_settings(), Mode::Prod).await;
