@@ -31,6 +31,11 @@ pub fn service(www: &Path) -> Router {
         .layer(from_fn(worker_headers))
 }
 
+/// The largest file given an `ETag`: hashing means holding it whole in memory. A larger
+/// one (the site's media, not the worker's files) is sent without a validator, so it is
+/// always sent whole: never stale, only not revalidated.
+const MAX_HASHED: usize = 16 << 20;
+
 /// Replaces `ServeDir`'s date validators with a content `ETag` (see the module's doc).
 /// Date conditions are taken off the request, so `ServeDir` answers in full; a `Range`
 /// under `If-Range` is dropped too (its validator is ours now, which `ServeDir` cannot
@@ -46,12 +51,16 @@ async fn content_validators(mut req: Request, next: Next) -> Response {
     let get = req.method() == Method::GET;
     let mut resp = next.run(req).await;
     resp.headers_mut().remove(header::LAST_MODIFIED);
-    if !get || resp.status() != StatusCode::OK {
+    let length = resp
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let hashable = length.is_some_and(|n| n <= MAX_HASHED);
+    if !get || resp.status() != StatusCode::OK || !hashable {
         return resp;
     }
     let (mut parts, body) = resp.into_parts();
-    // The site's own files, read whole by ServeDir anyway; no size cap beyond theirs.
-    let bytes = match axum::body::to_bytes(body, usize::MAX).await {
+    let bytes = match axum::body::to_bytes(body, MAX_HASHED).await {
         Ok(b) => b,
         Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     };

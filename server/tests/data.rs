@@ -265,6 +265,15 @@ async fn static_validators_follow_the_bytes_not_the_file_time() {
     );
     let head = c.send("HEAD", "/sw.js", &[], None).await;
     assert_eq!((head.status, head.header("last-modified")), (200, None));
+
+    // Past the hashing bound a file has no validator: sent whole, every time.
+    std::fs::write(www.join("big.bin"), vec![7u8; (16 << 20) + 1]).expect("write");
+    let big = c.get("/big.bin").await;
+    assert_eq!((big.status, big.body.len()), (200, (16 << 20) + 1));
+    assert_eq!(
+        (big.header("etag"), big.header("last-modified")),
+        (None, None)
+    );
     srv.shutdown().await;
 }
 
