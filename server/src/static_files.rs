@@ -1,5 +1,5 @@
 //! Static files from `--www`, through tower-http's `ServeDir` (path traversal, ranges,
-//! `HEAD`, conditional requests and MIME types are its business), plus what the worker
+//! `HEAD` and MIME types are its business), plus what the worker
 //! needs on top: `Cache-Control: no-cache` everywhere (the service worker and the WASM
 //! change on every build, and a stale `sw.js` is the classic PWA trap),
 //! `Service-Worker-Allowed: /` on scripts, the MIME types a worker cannot do without
@@ -39,7 +39,8 @@ const MAX_HASHED: usize = 16 << 20;
 /// Replaces `ServeDir`'s date validators with a content `ETag` (see the module's doc).
 /// Date conditions are taken off the request, so `ServeDir` answers in full; a `Range`
 /// under `If-Range` is dropped too (its validator is ours now, which `ServeDir` cannot
-/// check, and a full answer is what a failed `If-Range` gets anyway).
+/// check, and a full answer is what a failed `If-Range` gets anyway). `HEAD` answers
+/// carry no validator: hashing needs the body, which `HEAD` does not read.
 async fn content_validators(mut req: Request, next: Next) -> Response {
     let h = req.headers_mut();
     let if_none_match = h.remove(header::IF_NONE_MATCH);
