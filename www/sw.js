@@ -121,9 +121,11 @@ function startFlush(o) {
 }
 
 /** A request for a file to precache: from the server, never from the HTTP cache. A
- * revalidation could be answered 304 for a changed file by a server whose validator is
- * its one-second file time, and the old copy would be precached under the new build's
- * name; and after a CLEAR_DEVICE the HTTP cache may hold the previous account's page.
+ * revalidation could be answered 304 for a changed file by a host that validates by file
+ * time (one-second resolution, or one fixed time for every file of a reproducible build)
+ * and size, and the old copy would be precached under the new build's name
+ * (tests/e2e-engines/static-host.test.mjs); and after a CLEAR_DEVICE the HTTP cache may
+ * hold the previous account's page.
  * `no-store`, not `reload`: Firefox's offline mode answers a `reload` from its cache. */
 const fresh = (url) => new Request(url, { cache: 'no-store' });
 
