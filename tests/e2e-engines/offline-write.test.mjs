@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { lacks } from './engines.mjs';
 import {
   apiCall, clearReports, eventually, flush, forEachEngine, freshStart, lastSeq, listQueue, messages,
-  queuedWrite, sentWithKey, signIn, waitForFlushReports, withDiagnostics, writesIn,
+  queuedWrite, readMutations, sentWithKey, signIn, waitForFlushReports, withDiagnostics, writesIn,
 } from './outbox-helpers.mjs';
 
 const P1 = '/api/projects/p1/tasks';
@@ -120,17 +120,6 @@ forEachEngine((engine, harness) => {
     assert.equal(hasSync, false, `${engine} has no Background Sync: these tests cover the fallback triggers`);
   }
 
-  /** How many records the outbox's database holds, read in the page (no worker involved). */
-  const storedCount = (page) => page.evaluate(() => new Promise((res, rej) => {
-    const open = indexedDB.open('sw-outbox');
-    open.onerror = () => rej(open.error);
-    open.onsuccess = () => {
-      const count = open.result.transaction('mutations').objectStore('mutations').count();
-      count.onsuccess = () => { open.result.close(); res(count.result); };
-      count.onerror = () => rej(count.error);
-    };
-  }));
-
   /**
    * Leaves nothing that could flush on its own: the tab on a page of the origin without
    * the page helper (an image: no scripts), and the worker stopped (its retry timer and
@@ -160,7 +149,7 @@ forEachEngine((engine, harness) => {
       // running: no sync event, no worker `online`.
       await new Promise((r) => setTimeout(r, 1500));
       assert.deepEqual(await h.applied(), [], 'no trigger, no replay');
-      assert.equal(await storedCount(page), 2);
+      assert.equal(await readMutations(page, 'count'), 2);
 
       page = await h.openDemo({ page }); // the page loads again, signed in
       const applied = await eventually(async () => { const x = await h.applied(); return x.length >= 2 ? x : null; },

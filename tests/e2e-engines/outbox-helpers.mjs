@@ -277,18 +277,25 @@ export async function readClipboard(h, page) {
   return read.text;
 }
 
-/** Reads record `id` of the outbox's 'mutations' store straight from IndexedDB in the page. */
-export function storedRecord(page, id) {
-  return page.evaluate((rid) => new Promise((res, rej) => {
+/**
+ * One read request on the outbox's 'mutations' store (`get`, `getAllKeys`, `count`, …),
+ * made straight on IndexedDB in the page, no worker involved; resolves with its result
+ * (null for nothing).
+ */
+export function readMutations(page, method, ...args) {
+  return page.evaluate(([m, a]) => new Promise((res, rej) => {
     const open = indexedDB.open('sw-outbox');
     open.onerror = () => rej(open.error);
     open.onsuccess = () => {
-      const get = open.result.transaction('mutations').objectStore('mutations').get(rid);
-      get.onsuccess = () => { open.result.close(); res(get.result ?? null); };
-      get.onerror = () => rej(get.error);
+      const req = open.result.transaction('mutations').objectStore('mutations')[m](...a);
+      req.onsuccess = () => { open.result.close(); res(req.result ?? null); };
+      req.onerror = () => rej(req.error);
     };
-  }), id);
+  }), [method, args]);
 }
+
+/** Reads record `id` of the outbox's 'mutations' store straight from IndexedDB in the page. */
+export const storedRecord = (page, id) => readMutations(page, 'get', id);
 
 /**
  * What the page and its service workers say right now, for a failure report: the page's

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
-  clearReports, eventually, flush, forEachEngine, listQueue, openWith, queuedWrite, readClipboard, signIn,
+  clearReports, eventually, flush, forEachEngine, listQueue, openWith, queuedWrite, readClipboard, readMutations, signIn,
   signOutThroughUi, waitForFlushReports, withDiagnostics,
 } from './outbox-helpers.mjs';
 
@@ -202,15 +202,7 @@ forEachEngine((engine, harness) => {
       const r = await page.evaluate((id) => window.demo.client.discard(id, 'alice'), strange[0].id);
       assert.equal(r.ok, true, JSON.stringify(r));
       assert.deepEqual((await listQueue(page)).map((x) => x.id).filter((id) => id !== kept.id), [], 'the planted value went');
-      const keys = await page.evaluate(() => new Promise((resolve, reject) => {
-        const req = indexedDB.open('sw-outbox');
-        req.onsuccess = () => {
-          const all = req.result.transaction('mutations').objectStore('mutations').getAllKeys();
-          all.onsuccess = () => { req.result.close(); resolve(all.result); };
-          all.onerror = () => reject(all.error);
-        };
-        req.onerror = () => reject(req.error);
-      }));
+      const keys = await readMutations(page, 'getAllKeys');
       // (kept may be gone already: the worker's offline probe flushes once the server answers.)
       assert.deepEqual(keys.filter((k) => k !== kept.id), [], `nothing is left under the foreign key either: ${JSON.stringify(keys)}`);
       await flush(page);

@@ -15,7 +15,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
-  forEachEngine, lastSeq, openWith, pristine, queuedWrite, send, withDiagnostics, writesIn,
+  forEachEngine, lastSeq, openWith, pristine, queuedWrite, readMutations, send, withDiagnostics, writesIn,
 } from './outbox-helpers.mjs';
 
 const TASKS = '/api/projects/p1/tasks';
@@ -65,15 +65,7 @@ forEachEngine((engine, harness) => {
 
       // Every record is still there (a included: its delete was never stored, so a later
       // worker replays it with its key and gets the stored answer).
-      const kept = await page.evaluate(() => new Promise((resolve, reject) => {
-        const open = indexedDB.open('sw-outbox');
-        open.onerror = () => reject(open.error);
-        open.onsuccess = () => {
-          const all = open.result.transaction('mutations').objectStore('mutations').getAllKeys();
-          all.onsuccess = () => { open.result.close(); resolve(all.result); };
-          all.onerror = () => reject(all.error);
-        };
-      }));
+      const kept = await readMutations(page, 'getAllKeys');
       assert.deepEqual(kept, [a.id, b.id, c.id], 'nothing lost');
 
       // A write now cannot be stored: it is never answered 202.
