@@ -52,9 +52,10 @@ impl Inner {
     /// it moved (or the view is stale). A database that cannot be read leaves the view
     /// as it was.
     pub(crate) async fn fresh(&self) {
-        if alone() && self.view.generation.get().is_some() {
-            // No other worker of this registration exists to change the database: the
-            // view is as this worker left it (it was checked at start and activation).
+        if !self.shared_db && alone() && self.view.generation.get().is_some() {
+            // No other worker of this registration exists to change the database, and no
+            // other registration uses it (its name is this registration's own): the view
+            // is as this worker left it (it was checked at start and activation).
             return;
         }
         self.check_generation().await;
