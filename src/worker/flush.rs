@@ -368,9 +368,15 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     }
     let total = plan.len();
     let mut replay = Replay::new(plan, user.clone());
+    // A clock behind a record's first send backs off like a transient failure: it is
+    // tried again, but not every second while the clock is wrong.
     let mut ending = Ending {
         stop: None,
-        end: FlushEnd::Clean,
+        end: if unknown_age.is_empty() {
+            FlushEnd::Clean
+        } else {
+            FlushEnd::Transient
+        },
         held: !unknown_age.is_empty(),
     };
     for id in unknown_age {
@@ -450,9 +456,15 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                         replay.retry(sent.id);
                         continue;
                     }
-                    Some(Held::Clock | Held::Gone) => {
+                    Some(Held::Clock) => {
                         replay.hold(sent.id);
                         ending.held = true;
+                        ending.end = worst(ending.end, FlushEnd::Transient);
+                        continue;
+                    }
+                    // Gone: nothing to send; the next read of the queue shows what is left.
+                    Some(Held::Gone) => {
+                        replay.hold(sent.id);
                         continue;
                     }
                     None => {}
@@ -629,19 +641,27 @@ async fn stopped_before_reading(
 
 /// After a flush that left work: the live worker's timer is armed for `retryAt` (every
 /// engine, with or without Background Sync), and where Background Sync exists a sync is
-/// registered again (one that gave up after its retries is gone) — except from inside a
-/// sync event, whose rejection already has the browser retry it, and where a
-/// registration made while it fires would fire again at once.
+/// registered again (one that gave up after its retries is gone) — except while a sync
+/// event is being handled: its rejection already has the browser retry it, and a
+/// registration made while it fires would fire again as soon as it ends (a loop of sync
+/// events that never lets a new version activate).
 async fn after_stop(
     inner: &Rc<Inner>,
     trigger: Trigger,
     delivery: &Delivery,
     drained: bool,
 ) -> Option<js_sys::Promise> {
+    // A retry an earlier flush armed would only meet the same refusal without the
+    // sign-in this stop waits for. (A drained queue keeps it: a write queued since the
+    // queue was counted may have armed it.)
+    if delivery.stopped_by.is_some_and(|s| s.awaits_trigger()) {
+        inner.disarm_retry();
+    }
     if drained {
         return None;
     }
-    if delivery.retry_at.is_some() && trigger != Trigger::Sync && inner.background_sync {
+    let sync_firing = trigger == Trigger::Sync || inner.syncs_firing.get() > 0;
+    if delivery.retry_at.is_some() && !sync_firing && inner.background_sync {
         super::retry::register_sync(&inner.config.sync_tag).await;
     }
     inner.retry_when(delivery.retry_at)

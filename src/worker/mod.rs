@@ -94,6 +94,9 @@ pub(crate) struct Inner {
     offline: offline::Offline,
     /// The sign-in barrier (`barrier`): no replay while a session may be changing.
     barrier: barrier::Barrier,
+    /// Sync events being handled now: a sync is never registered while one fires (it
+    /// would fire again as soon as that one ends).
+    syncs_firing: std::cell::Cell<u32>,
     background_sync: bool,
 }
 
@@ -164,10 +167,28 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         retry: retry::RetryTimer::default(),
         offline: offline::Offline::default(),
         barrier: barrier::Barrier::default(),
+        syncs_firing: std::cell::Cell::new(0),
         background_sync: retry::has_background_sync(),
     });
     inner.reload().await;
+    watch_updates(&inner);
     Ok(Outbox { inner })
+}
+
+/// Lets go of the events kept open for retries when a new version of the worker appears
+/// (`worker::retry`): they would hold its activation back.
+fn watch_updates(inner: &Rc<Inner>) {
+    let weak = Rc::downgrade(inner);
+    let on_update = wasm_bindgen::closure::Closure::<dyn FnMut()>::new(move || {
+        if let Some(inner) = weak.upgrade() {
+            inner.release_kept_alive();
+        }
+    });
+    let _ = scope()
+        .registration()
+        .add_event_listener_with_callback("updatefound", on_update.as_ref().unchecked_ref());
+    // Lives as long as the worker's global: one listener per start.
+    on_update.forget();
 }
 
 #[wasm_bindgen]
@@ -230,8 +251,12 @@ impl Outbox {
         let inner = self.inner.clone();
         future_to_promise(async move {
             if tag == inner.config.sync_tag {
+                inner.syncs_firing.set(inner.syncs_firing.get() + 1);
                 let outcome = flush::request(&inner, Trigger::Sync).await;
                 kept_alive(&outcome).await;
+                inner
+                    .syncs_firing
+                    .set(inner.syncs_firing.get().saturating_sub(1));
                 if outcome.retry_later {
                     // A rejected sync promise makes the browser retry the sync later.
                     return Err(JsValue::from_str("sw-outbox: flush incomplete"));

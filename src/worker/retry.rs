@@ -66,7 +66,40 @@ pub(crate) async fn register_sync(tag: &str) {
     }
 }
 
+/// Whether a new version of the worker is installing or waiting. A worker that is being
+/// replaced holds no event open for a retry: the new version activates only once this
+/// one has no event left, and it runs the queue itself (its start flush).
+fn update_pending() -> bool {
+    let registration = scope().registration();
+    registration.installing().is_some() || registration.waiting().is_some()
+}
+
 impl Inner {
+    /// A new version appeared (`updatefound`): the events kept open for a retry are let
+    /// go at once (the timer stays armed while this worker lives).
+    pub(crate) fn release_kept_alive(&self) {
+        let waiters = self
+            .retry
+            .armed
+            .borrow_mut()
+            .as_mut()
+            .map(|a| std::mem::take(&mut a.waiters))
+            .unwrap_or_default();
+        for w in waiters {
+            let _ = w.send(());
+        }
+    }
+
+    /// The last flush stopped waiting for a trigger (signed out, or a 401): a retry armed
+    /// by an earlier flush is no longer wanted (it would only ask `/auth/me` again, or
+    /// send a record a 401 held, without the sign-in it waits for).
+    pub(crate) fn disarm_retry(&self) {
+        let armed = self.retry.armed.borrow_mut().take();
+        for w in armed.map(|a| a.waiters).unwrap_or_default() {
+            let _ = w.send(());
+        }
+    }
+
     /// A write was just queued: a flush soon (after the backoff allows it), where the
     /// browser has no Background Sync to deliver it (with it, the sync registered for the
     /// write does).
@@ -120,7 +153,7 @@ impl Inner {
                 }
             }
         }
-        if at.saturating_sub(now_ms()) > KEEP_ALIVE_MS {
+        if at.saturating_sub(now_ms()) > KEEP_ALIVE_MS || update_pending() {
             return None;
         }
         Some(future_to_promise(async move {

@@ -43,7 +43,8 @@ forEachEngine((engine, harness) => {
     const bobs = await waitForFlushReports(page);
     assert.deepEqual(bobs.blocked?.blocked.map((x) => [x.id, x.reason, x.ownerId]), [[a.id, 'owner-mismatch', 'alice']],
       `bob's flush reports alice's record blocked: ${JSON.stringify(bobs.all)}`);
-    assert.deepEqual(bobs.summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 1 });
+    // Only a record waiting for its owner is left: nothing stopped the flush, nothing to retry.
+    assert.deepEqual(bobs.summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 1, stoppedBy: null, retryAt: null });
     assert.deepEqual(writesIn(await h.requests(), beforeBob), [], 'bob\'s flush sent none of alice\'s records');
     assert.deepEqual((await listQueue(page)).map((q) => [q.id, q.ownerId, q.state]), [[a.id, 'alice', 'queued']],
       'still queued, still alice\'s');
@@ -90,7 +91,7 @@ forEachEngine((engine, harness) => {
       'the first p1 record was sent once (400), the later one never');
     assert.deepEqual(blocked?.blocked.map((b) => [b.id, b.reason, b.workspace]),
       [[x.id, 'rejected', 'p1'], [z.id, 'workspace-order', 'p1']]);
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 2, remaining: 2 });
+    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 2, remaining: 2, stoppedBy: null, retryAt: null });
     assert.deepEqual((await listQueue(page)).map((q) => [q.id, q.state, q.attentionReason ?? null, q.lastStatus ?? null]),
       [[x.id, 'needs-attention', 'rejected', 400], [z.id, 'queued', null, null]]);
 
@@ -233,7 +234,7 @@ forEachEngine((engine, harness) => {
     assert.equal(r.affected, 0);
     const { blocked, summary } = await waitForFlushReports(page);
     assert.deepEqual(blocked?.blocked.map((e) => [e.id, e.reason]), [[a.id, 'outcome-unknown'], [b.id, 'workspace-order']]);
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 2 });
+    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 2, stoppedBy: null, retryAt: null });
     assert.deepEqual(writesIn(await h.requests(), since).map((s) => [s.key, s.status]), [[a.key, 409]],
       'only the first record was sent');
     assert.deepEqual(await h.applied(), []);
@@ -262,13 +263,18 @@ forEachEngine((engine, harness) => {
 
     const since = await lastSeq(h);
     await clearReports(page);
+    const askedAt = Date.now();
     await flush(page);
     const stoppedAt = Date.now();
     const { summary, blocked } = await waitForFlushReports(page);
     assert.deepEqual(writesIn(await h.requests(), since).map((s) => [s.key, s.status]), [[a.key, 503]],
       'the 503 was the only write sent');
     assert.deepEqual(await h.applied(), []);
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 4 });
+    // The stop is reported (r3, contract 5): rate-limited, and when the worker tries again:
+    // after the server's second, within maxRetryAfterMs.
+    const { retryAt, ...counts } = summary;
+    assert.deepEqual(counts, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 4, stoppedBy: 'rate-limited' });
+    assert.ok(retryAt >= askedAt + 1000 && retryAt <= stoppedAt + 3600000, `retryAt after the Retry-After: ${JSON.stringify(summary)}`);
     for (const e of blocked?.blocked ?? []) {
       assert.ok(!['rejected', 'repeated-5xx', 'outcome-unknown'].includes(e.reason), `nothing moved to needs-attention: ${JSON.stringify(e)}`);
     }
@@ -392,7 +398,10 @@ forEachEngine((engine, harness) => {
     assert.ok(retries.every(([key, status]) => key === a.key && (status === 409 || status === null)),
       `only a was retried, and in progress: ${JSON.stringify(retries)}`);
     assert.ok(sent.some((s) => s.key === c.key && s.status === 201), 'the other workspace went on');
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 1, remaining: 2 });
+    // Not stopped (the other workspace went on), but a record was left to try again: when.
+    const { retryAt, ...counts } = summary;
+    assert.deepEqual(counts, { type: 'MUTATIONS_PARTIAL', replayed: 1, remaining: 2, stoppedBy: null });
+    assert.equal(typeof retryAt, 'number', JSON.stringify(summary));
     assert.deepEqual((await listQueue(page)).map((q) => [q.id, q.state]), [[a.id, 'queued'], [b.id, 'queued']],
       'the in-progress record is unchanged (not needs-attention)');
 
