@@ -71,9 +71,14 @@ forEachEngine((engine, harness) => {
       assert.equal(typeof state.delivery.retryAt, 'number', JSON.stringify(state.delivery));
       assert.ok(state.delivery.lastAttemptAt >= before, JSON.stringify(state.delivery));
 
+      // The worker's retry of a freshly queued write (1 s after it, where there is no
+      // Background Sync) meets the 502 too: what follows is the stop's own retry.
+      await eventually(async () => (await h.requests()).filter((x) => x.path === '/api/auth/me' && x.status === 502).length >= 2,
+        { what: 'a second identity check answered 502' });
       // No page of the app is open any more (a blank tab stays), the gateway recovers, and
       // nobody asks: no page helper, no sync retry within this time (Chromium's is 5 min).
       const blank = await h.browser.newPage();
+      await page.goto('about:blank'); // unloaded first: its helper's timers go with it
       await page.close();
       await h.control('faults', { rules: [] });
       await eventually(async () => (await h.applied()).some((a) => a.key === w.key),
