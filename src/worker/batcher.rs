@@ -135,16 +135,10 @@ impl Inner {
     }
 
     /// After a reload: writes bound to the session take the session as it is now (an
-    /// account switched by another worker), and their lanes follow. Only writes that
-    /// never left the worker: one whose first attempt went out was sent as its account
-    /// with its key, and may have been applied so; bound to another account, its replay
-    /// would carry that key under that account (issue 27, 6).
+    /// account switched by another worker), and their lanes follow.
     fn rebind(&self, batch: &mut [Item]) {
         let session = self.session_user();
-        for item in batch
-            .iter_mut()
-            .filter(|i| i.owner_from_session && i.pending.record.first_sent_at.is_none())
-        {
+        for item in batch.iter_mut().filter(|i| i.owner_from_session) {
             if item.pending.record.owner_id == session {
                 continue;
             }

@@ -184,9 +184,14 @@ impl Inner {
     }
 }
 
-/// Whether this worker is its registration's only one: active, with no version
-/// installing or waiting. Only then can no other worker instance write the database (a
-/// replaced one has no events left: activation waits for that). Unknown (a browser
+/// Whether this worker is its registration's only one: active and activated, with no
+/// version installing or waiting. Only then can no other worker instance write the
+/// database (a replaced one has no events left: activation waits for that), and has
+/// this one's view been checked since the version it replaced last wrote (at
+/// activation). While it is still `activating` it is not: Chromium hands it the pages'
+/// fetches before its `activate` handler has run, and a write decided then on the view
+/// read at install was attempted ahead of a write of its lane the replaced version had
+/// queued (issue 27; `tests/e2e-engines/update-view.test.mjs`). Unknown (a browser
 /// without `self.serviceWorker`) counts as not alone.
 fn alone() -> bool {
     let scope = super::scope();
@@ -196,7 +201,12 @@ fn alone() -> bool {
     if me.is_undefined() || me.is_null() {
         return false;
     }
-    registration.installing().is_none()
+    let activated = js_sys::Reflect::get(&me, &"state".into())
+        .ok()
+        .and_then(|s| s.as_string())
+        .is_some_and(|s| s == "activated");
+    activated
+        && registration.installing().is_none()
         && registration.waiting().is_none()
         && registration
             .active()
