@@ -64,8 +64,9 @@ export async function startInteropServer({ www = resolve(repoRoot, process.env.S
     release: () => control('release', {}),
     /** `session` or `device` CSRF tokens (server.mjs). */
     csrfMode: (mode) => control('csrf', { mode }),
-    /** Every task write waits `ms` before it is applied. */
-    hold: (ms) => control('hold', { ms }),
+    /** Every task write waits `ms` before it is applied: in the route (`at: 'route'`,
+     * the default) or on arrival, before the middleware (`'arrival'`). */
+    hold: (ms, at = 'route') => control('hold', { ms, at }),
     reset: () => control('reset', {}),
   };
 }

@@ -65,6 +65,10 @@ function freshState() {
     /** Every real run of the task handler waits this long (after the account was read
      * from the request), so that a flush of several records takes a while. */
     holdMs: 0,
+    /** Where `holdMs` holds a task write: `route` (in the handler, after the middleware
+     * claimed its key), or `arrival` (before the middleware: a write whose client went
+     * away meanwhile is dropped unprocessed, as a server that never got to it). */
+    holdAt: 'route',
     // A new middleware instance brings a new default in-memory adapter: the same as
     // restarting the app, without touching the package's code.
     idempotent: idempotency(),
@@ -164,10 +168,12 @@ control.post('/csrf', (req, res) => {
   return res.json({ mode });
 });
 control.post('/hold', (req, res) => {
-  const { ms } = req.body ?? {};
+  const { ms, at = 'route' } = req.body ?? {};
   if (!(Number.isSafeInteger(ms) && ms >= 0)) return res.status(400).json({ detail: 'ms must be a non-negative integer' });
+  if (at !== 'route' && at !== 'arrival') return res.status(400).json({ detail: 'at must be "route" or "arrival"' });
   state.holdMs = ms;
-  return res.json({ ms });
+  state.holdAt = at;
+  return res.json({ ms, at });
 });
 control.post('/reset', (req, res) => {
   for (const wake of state.waiting) wake();
@@ -229,6 +235,15 @@ app.use('/api', (req, res, next) => {
   return next();
 });
 
+// `hold` at arrival: before the middleware sees the write.
+app.post('/api/projects/:pid/tasks', async (req, res, next) => {
+  const run = state;
+  if (run.holdAt !== 'arrival' || run.holdMs === 0) return next();
+  await waitOrRelease(run.holdMs);
+  if (state !== run || req.socket.destroyed) { req.socket.destroy(); return undefined; }
+  return next();
+});
+
 // The package's README: `app.post('*', idempotency())`. Through a wrapper only so that a
 // reset can swap in a fresh instance.
 app.post('*', (req, res, next) => state.idempotent(req, res, next));
@@ -254,7 +269,7 @@ app.post('/api/projects/:pid/tasks', async (req, res) => {
   const fault = run.faults.shift() ?? null;
   run.running += 1;
   try {
-    if (run.holdMs > 0) {
+    if (run.holdMs > 0 && run.holdAt === 'route') {
       await waitOrRelease(run.holdMs);
       if (state !== run) { req.socket.destroy(); return; }
     }
