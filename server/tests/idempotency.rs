@@ -2,7 +2,7 @@ mod common;
 
 use common::*;
 use std::time::{Duration, Instant};
-use sw_outbox_idempotency::{KeyRule, Settings};
+use sw_outbox_idempotency::KeyRule;
 use tokio::io::AsyncWriteExt;
 
 // Every case runs twice, as `sqlite::<case>` and `postgres::<case>`.
@@ -142,10 +142,7 @@ async fn invalid_keys_are_refused(backend: Backend) {
 
 /// `--strict-keys`: the earlier 22–64 `[A-Za-z0-9_-]` rule.
 async fn strict_keys_keep_the_old_rule(backend: Backend) {
-    let settings = Settings {
-        key_rule: KeyRule::Strict,
-        ..fast_settings()
-    };
+    let settings = fast().key_rule(KeyRule::Strict).build().expect("valid");
     let Some(srv) = start_on(backend, settings).await else {
         return;
     };
@@ -432,9 +429,11 @@ async fn cancelled_request_becomes_outcome_unknown_and_never_reruns(backend: Bac
 }
 
 async fn expired_entries_apply_again(backend: Backend) {
-    let mut t = fast_settings();
-    t.key_ttl = Duration::from_millis(700);
-    t.prune_every = Duration::from_millis(50);
+    let t = fast()
+        .key_ttl(Duration::from_millis(700))
+        .prune_every(Duration::from_millis(50))
+        .build()
+        .expect("valid");
     let Some(srv) = start_on(backend, t).await else {
         return;
     };
@@ -473,9 +472,13 @@ async fn expired_entries_apply_again(backend: Backend) {
 }
 
 async fn expired_but_unpruned_entry_is_replaced(backend: Backend) {
-    let mut t = fast_settings();
-    t.key_ttl = Duration::from_millis(300);
-    t.prune_every = Duration::from_secs(3600);
+    // (The window must outlast the stale bound: the settings refuse otherwise.)
+    let t = fast()
+        .stale_after(Duration::from_millis(250))
+        .key_ttl(Duration::from_millis(300))
+        .prune_every(Duration::from_secs(3600))
+        .build()
+        .expect("valid");
     // Never pruned: only `begin` sees the expiry.
     let Some(srv) = start_on(backend, t).await else {
         return;
