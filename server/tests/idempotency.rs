@@ -509,3 +509,50 @@ async fn expired_but_unpruned_entry_is_replaced(backend: Backend) {
     );
     srv.shutdown().await;
 }
+
+/// `--ledger` with a URL that asks for verified TLS (`sslmode=verify-full`, the test
+/// server's authority as `sslrootcert`), in a table of its own (`--ledger-table`): writes
+/// are claimed and replayed, and every connection the server keeps to the database is
+/// encrypted.
+#[tokio::test]
+async fn postgres_ledger_over_verified_tls_in_a_table_of_its_own() {
+    let Some(pg) = pg::server() else {
+        return;
+    };
+    let db = pg.fresh_database_name().await;
+    let mut config = test_config(fast_settings(), sw_outbox_server::Mode::Test);
+    config.ledger = Some(pg.tls_url(&db));
+    config.ledger_table = sw_outbox_idempotency::TableName::new("app_ledger").expect("name");
+    let srv = start_config(config).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let k = key("tls");
+    let first = alice.post("/api/notes", Some(&k), r#"{"text":"t"}"#).await;
+    assert_eq!(first.status, 201);
+    let again = alice.post("/api/notes", Some(&k), r#"{"text":"t"}"#).await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+
+    let (client, conn) = tokio_postgres::connect(&pg.url(&db), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let rows = client
+        .query(
+            "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+             WHERE a.datname = $1 AND a.pid <> pg_backend_pid()",
+            &[&db],
+        )
+        .await
+        .expect("pg_stat_ssl");
+    let ssl: Vec<bool> = rows.iter().map(|r| r.get(0)).collect();
+    assert!(!ssl.is_empty() && ssl.iter().all(|&s| s), "{ssl:?}");
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM app_ledger", &[])
+        .await
+        .expect("the server's table")
+        .get(0);
+    assert_eq!(n, 1);
+    drop(client);
+    let _ = task.await;
+    srv.shutdown().await;
+}

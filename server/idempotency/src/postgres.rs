@@ -15,6 +15,12 @@
 //!   reads the new version). Whoever inserts or replaces the row commits its claim before
 //!   returning; everyone else reads that claim.
 //!
+//! Every call runs to its end in a task of its own, even when the request that made it goes
+//! away: sqlx 0.8 can leave a pooled connection inside an open transaction when a future is
+//! dropped during `BEGIN` (launchbadge/sqlx#4393), which would put the app's next queries on
+//! that connection into a transaction nobody commits. A claim whose request went away before
+//! its commit is rolled back instead of committed.
+//!
 //! Every wait is bounded by the lock wait: the wait for a pooled connection, and every
 //! lock wait inside the database (`SET LOCAL lock_timeout` in each of the ledger's
 //! transactions, so the app's other queries on the same pool keep their own settings).
@@ -369,7 +375,13 @@ impl PgLedger {
         Ok(conn.begin_with(self.sql.begin.clone()).await?)
     }
 
-    async fn begin_async(&self, c: &ClaimRequest) -> Result<Begin, LedgerError> {
+    /// `alive` says whether the request that asked is still waiting for the answer: a new
+    /// claim is only committed for a request that will run the route.
+    async fn begin_async(
+        &self,
+        c: &ClaimRequest,
+        alive: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Begin, LedgerError> {
         let mut conn = self.acquire().await?;
         let sql = &*self.sql;
         let ttl = millis(c.key_ttl);
@@ -428,8 +440,7 @@ impl PgLedger {
                         });
                     }
                 }
-                tx.commit().await?;
-                return Ok(Begin::Claimed);
+                return commit_claim(tx, alive).await;
             }
             let Some(row) = sqlx::query(&sql.select_for_update)
                 .bind(account)
@@ -467,8 +478,7 @@ impl PgLedger {
                 .bind(&c.token.0)
                 .execute(&mut *tx)
                 .await?;
-            tx.commit().await?;
-            return Ok(Begin::Claimed);
+            return commit_claim(tx, alive).await;
         }
         Err(LedgerError::failed(format!(
             "the entry kept disappearing while being claimed ({BEGIN_ATTEMPTS} attempts)"
@@ -476,24 +486,63 @@ impl PgLedger {
     }
 }
 
+/// Commits a new claim if the request that asked for it still waits; else rolls it back.
+async fn commit_claim(
+    tx: Transaction<'_, Postgres>,
+    alive: &(dyn Fn() -> bool + Sync),
+) -> Result<Begin, LedgerError> {
+    if !alive() {
+        tx.rollback().await?;
+        return Err(LedgerError::failed(
+            "postgres: the request went away before its claim was committed",
+        ));
+    }
+    tx.commit().await?;
+    Ok(Begin::Claimed)
+}
+
+/// Runs a ledger call in a task of its own, to its end whatever becomes of the caller (see
+/// the module documentation); the task is told whether the caller still waits.
+fn detached<T, F, Fut>(call: F) -> LedgerFuture<'static, T>
+where
+    T: Send + 'static,
+    F: FnOnce(Arc<dyn Fn() -> bool + Send + Sync>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, LedgerError>> + Send + 'static,
+{
+    let (send, receive) = tokio::sync::oneshot::channel();
+    let waiting = Arc::new(std::sync::Mutex::new(Some(send)));
+    let alive: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let waiting = waiting.clone();
+        Arc::new(move || {
+            waiting
+                .lock()
+                .map(|s| s.as_ref().is_some_and(|s| !s.is_closed()))
+                .unwrap_or(false)
+        })
+    };
+    let fut = call(alive);
+    tokio::spawn(async move {
+        let result = fut.await;
+        if let Some(send) = waiting.lock().ok().and_then(|mut s| s.take()) {
+            let _ = send.send(result);
+        }
+    });
+    Box::pin(async move {
+        receive
+            .await
+            .map_err(|_| LedgerError::failed("postgres: the ledger call did not finish"))?
+    })
+}
+
 impl Ledger for PgLedger {
     fn begin<'a>(&'a self, claim: &'a ClaimRequest) -> LedgerFuture<'a, Begin> {
-        Box::pin(self.begin_async(claim))
+        let (ledger, claim) = (self.clone(), claim.clone());
+        detached(move |alive| async move { ledger.begin_async(&claim, &*alive).await })
     }
 
     fn heartbeat<'a>(&'a self, scope: &'a Scope, token: &'a ClaimToken) -> LedgerFuture<'a, ()> {
-        Box::pin(async move {
-            let mut conn = self.acquire().await?;
-            let mut tx = self.transaction(&mut conn).await?;
-            sqlx::query(&self.sql.heartbeat)
-                .bind(&scope.account)
-                .bind(&scope.key)
-                .bind(&token.0)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(())
-        })
+        let (ledger, scope, token) = (self.clone(), scope.clone(), token.clone());
+        detached(move |_| async move { ledger.heartbeat_async(&scope, &token).await })
     }
 
     fn complete<'a>(
@@ -502,35 +551,62 @@ impl Ledger for PgLedger {
         token: &'a ClaimToken,
         answer: &'a StoredAnswer,
     ) -> LedgerFuture<'a, ()> {
-        Box::pin(async move {
-            let mut conn = self.acquire().await?;
-            let mut tx = self.transaction(&mut conn).await?;
-            sqlx::query(&self.sql.complete)
-                .bind(&scope.account)
-                .bind(&scope.key)
-                .bind(&token.0)
-                .bind(i32::from(answer.status))
-                .bind(encode_headers(&answer.headers))
-                .bind(answer.body.as_deref())
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            Ok(())
-        })
+        let (ledger, scope, token) = (self.clone(), scope.clone(), token.clone());
+        let answer = answer.clone();
+        detached(move |_| async move { ledger.complete_async(&scope, &token, &answer).await })
     }
 
     fn prune(&self, key_ttl: Duration) -> LedgerFuture<'_, u64> {
-        Box::pin(async move {
-            let mut conn = self.acquire().await?;
-            let mut tx = self.transaction(&mut conn).await?;
-            let n = sqlx::query(&self.sql.prune)
-                .bind(millis(key_ttl))
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-            tx.commit().await?;
-            Ok(n)
-        })
+        let ledger = self.clone();
+        detached(move |_| async move { ledger.prune_async(key_ttl).await })
+    }
+}
+
+impl PgLedger {
+    async fn heartbeat_async(&self, scope: &Scope, token: &ClaimToken) -> Result<(), LedgerError> {
+        let mut conn = self.acquire().await?;
+        let mut tx = self.transaction(&mut conn).await?;
+        sqlx::query(&self.sql.heartbeat)
+            .bind(&scope.account)
+            .bind(&scope.key)
+            .bind(&token.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn complete_async(
+        &self,
+        scope: &Scope,
+        token: &ClaimToken,
+        answer: &StoredAnswer,
+    ) -> Result<(), LedgerError> {
+        let mut conn = self.acquire().await?;
+        let mut tx = self.transaction(&mut conn).await?;
+        sqlx::query(&self.sql.complete)
+            .bind(&scope.account)
+            .bind(&scope.key)
+            .bind(&token.0)
+            .bind(i32::from(answer.status))
+            .bind(encode_headers(&answer.headers))
+            .bind(answer.body.as_deref())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn prune_async(&self, key_ttl: Duration) -> Result<u64, LedgerError> {
+        let mut conn = self.acquire().await?;
+        let mut tx = self.transaction(&mut conn).await?;
+        let n = sqlx::query(&self.sql.prune)
+            .bind(millis(key_ttl))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n)
     }
 }
 

@@ -146,8 +146,8 @@ async fn claim_then_complete_then_replay(backend: Backend) {
         Begin::Claimed
     );
     // Expired: claimable again, even by a different request; pruning removes old rows.
-    sleep(Duration::from_millis(100)).await;
-    let short = Duration::from_millis(50);
+    sleep(Duration::from_millis(1200)).await;
+    let short = Duration::from_millis(1000);
     assert_eq!(
         l.begin(&claim(&s, &fp(b"z"), &token("t3"), short))
             .await
@@ -296,7 +296,7 @@ async fn a_live_claim_outlives_its_key_window(backend: Backend) {
     let Some(l) = ledger_on(backend).await else {
         return;
     };
-    let window = Duration::from_millis(400);
+    let window = Duration::from_millis(1000);
     let s = scope("alice", "long-running");
     let (t, probe) = (token("runner"), token("probe"));
     let a = fp(b"a");
@@ -305,8 +305,8 @@ async fn a_live_claim_outlives_its_key_window(backend: Backend) {
         Begin::Claimed
     );
     // Twice the window, heartbeating well within it.
-    for _ in 0..8 {
-        sleep(Duration::from_millis(100)).await;
+    for _ in 0..10 {
+        sleep(Duration::from_millis(200)).await;
         l.heartbeat(&s, &t).await.unwrap();
     }
     assert!(
@@ -314,7 +314,7 @@ async fn a_live_claim_outlives_its_key_window(backend: Backend) {
             l.begin(&claim(&s, &a, &probe, window)).await.unwrap(),
             Begin::Running { .. }
         ),
-        "claimed 800 ms ago under a 400 ms window, but alive: not replaced"
+        "claimed 2 s ago under a 1 s window, but alive: not replaced"
     );
     assert_eq!(
         l.begin(&claim(&s, &fp(b"other"), &probe, window))
@@ -336,7 +336,7 @@ async fn the_key_window_counts_from_the_completion(backend: Backend) {
     let Some(l) = ledger_on(backend).await else {
         return;
     };
-    let window = Duration::from_millis(400);
+    let window = Duration::from_millis(1000);
     let s = scope("alice", "slow-write");
     let t = token("t");
     let a = fp(b"a");
@@ -344,9 +344,9 @@ async fn the_key_window_counts_from_the_completion(backend: Backend) {
         l.begin(&claim(&s, &a, &t, window)).await.unwrap(),
         Begin::Claimed
     );
-    sleep(Duration::from_millis(300)).await;
+    sleep(Duration::from_millis(700)).await;
     l.heartbeat(&s, &t).await.unwrap();
-    sleep(Duration::from_millis(300)).await;
+    sleep(Duration::from_millis(700)).await;
     let ans = answer(201, b"{}");
     l.complete(&s, &t, &ans).await.unwrap();
     assert_eq!(
@@ -354,7 +354,7 @@ async fn the_key_window_counts_from_the_completion(backend: Backend) {
             .await
             .unwrap(),
         Begin::Completed(ans),
-        "claimed 600 ms ago, completed just now: replayed"
+        "claimed 1.4 s ago, completed just now: replayed"
     );
 }
 
@@ -376,13 +376,13 @@ async fn prune_entries_and_clear(backend: Backend) {
     };
     add(0).await;
     add(1).await;
-    sleep(Duration::from_millis(400)).await;
+    sleep(Duration::from_millis(1500)).await;
     add(2).await;
     add(3).await;
     assert_eq!(l.entries().await.unwrap(), 4);
     assert_eq!(l.prune(HOUR).await.unwrap(), 0, "nothing is an hour old");
-    assert_eq!(l.prune(Duration::from_millis(200)).await.unwrap(), 2);
-    assert_eq!(l.prune(Duration::from_millis(200)).await.unwrap(), 0);
+    assert_eq!(l.prune(Duration::from_millis(1000)).await.unwrap(), 2);
+    assert_eq!(l.prune(Duration::from_millis(1000)).await.unwrap(), 0);
     assert_eq!(l.entries().await.unwrap(), 2);
     let survivor = scope("alice", "prune-3");
     assert!(matches!(
@@ -679,12 +679,12 @@ const RACE_KEYS: usize = 40;
 /// Concurrent attempts per key on each replica.
 const RACERS_PER_REPLICA: usize = 4;
 
-/// Two replicas (two `PgLedger`s on two pools) on one database.
-async fn two_replicas() -> Option<(Arc<dyn Ledger>, Arc<dyn Ledger>)> {
+/// Two replicas (two `PgLedger`s on two pools) on one database, and its URL.
+async fn two_replicas() -> Option<(Arc<dyn Ledger>, Arc<dyn Ledger>, String)> {
     let url = pg::server()?.fresh_database().await;
     let a = pg_ledger(&url, sw_outbox_idempotency::DEFAULT_LOCK_WAIT).await;
     let b = pg_ledger(&url, sw_outbox_idempotency::DEFAULT_LOCK_WAIT).await;
-    Some((Arc::new(a), Arc::new(b)))
+    Some((Arc::new(a), Arc::new(b), url))
 }
 
 /// Every racer calls `begin` on one of the two replicas at the same moment; returns how
@@ -731,7 +731,7 @@ async fn race_begin(
 /// claim it, neither for a new key nor when re-claiming an expired entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_replicas_racing_on_one_key_claim_it_once() {
-    let Some((a, b)) = two_replicas().await else {
+    let Some((a, b, url)) = two_replicas().await else {
         return;
     };
     let claimed = race_begin(&a, &b, "new", HOUR).await;
@@ -742,9 +742,14 @@ async fn postgres_replicas_racing_on_one_key_claim_it_once() {
     );
     assert!(claimed.values().all(|&n| n == 1), "{claimed:?}");
 
-    // Every entry has expired: one racer per key replaces it, the rest see its claim.
-    sleep(Duration::from_millis(300)).await;
-    let claimed = race_begin(&a, &b, "expired", Duration::from_millis(100)).await;
+    // Two hours pass for every entry (no heartbeat came): under a one-hour window all have
+    // expired, and one racer per key replaces each, the rest see its claim. (The clock is
+    // the database's, so the entries are aged instead.)
+    sqlx::query("UPDATE idempotency SET heartbeat_ms = heartbeat_ms - 7200000")
+        .execute(&pool(&url).await)
+        .await
+        .expect("age the entries");
+    let claimed = race_begin(&a, &b, "expired", HOUR).await;
     assert_eq!(
         claimed.len(),
         RACE_KEYS,
@@ -857,4 +862,130 @@ async fn postgres_over_verified_tls() {
             || err.to_string().to_lowercase().contains("tls"),
         "{err}"
     );
+}
+
+/// A loopback proxy to `target` that holds every chunk from the server for `delay`: a slow
+/// network, so a request can go away while a round trip is in flight.
+async fn slow_proxy(target: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(target).await else {
+                continue;
+            };
+            let (mut cr, mut cw) = client.into_split();
+            let (mut sr, mut sw) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut cr, &mut sw).await;
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = sr.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    sleep(delay).await;
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// Ledger calls run to their end when the request that made them goes away (hyper drops
+/// its future when the client hangs up), on a network slow enough that it goes away in the
+/// middle: an answer being stored is stored (its retries get it, not "outcome unknown"); a
+/// claim being made is rolled back (nobody will run its route); and the app's own writes
+/// on the same pool, after either, are committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_calls_finish_when_the_request_goes_away() {
+    let Some(server) = pg::server() else {
+        return;
+    };
+    let db = server.fresh_database_name().await;
+    let proxy = slow_proxy(
+        std::net::SocketAddr::from(([127, 0, 0, 1], server.port)),
+        Duration::from_millis(40),
+    )
+    .await;
+    let url = format!("postgres://postgres@{proxy}/{db}?sslmode=disable");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("pool");
+    let l = PgLedger::new(pool.clone());
+    l.migrate().await.expect("migrate");
+    sqlx::query("CREATE TABLE app_data (n BIGINT)")
+        .execute(&pool)
+        .await
+        .expect("the app's table");
+    let other = support::pool(&server.url(&db)).await;
+    let state = |key: &'static str| {
+        let other = other.clone();
+        async move {
+            sqlx::query_scalar::<_, String>("SELECT state FROM idempotency WHERE idem_key = $1")
+                .bind(key)
+                .fetch_optional(&other)
+                .await
+                .expect("read the ledger")
+        }
+    };
+    let app_write = |n: i64| {
+        let (pool, other) = (pool.clone(), other.clone());
+        async move {
+            sqlx::query("INSERT INTO app_data VALUES ($1)")
+                .bind(n)
+                .execute(&pool)
+                .await
+                .expect("app write");
+            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM app_data")
+                .fetch_one(&other)
+                .await
+                .expect("count");
+            assert_eq!(rows, n, "the app's write number {n} was committed");
+        }
+    };
+
+    let (s, t, x) = (scope("alice", "stored"), token("t"), fp(b"x"));
+    assert_eq!(
+        l.begin(&claim(&s, &x, &t, HOUR)).await.unwrap(),
+        Begin::Claimed
+    );
+    // The request goes away 60 ms into storing its answer (each round trip takes 40 ms).
+    let ans = answer(201, b"{}");
+    let gone = tokio::time::timeout(Duration::from_millis(60), l.complete(&s, &t, &ans)).await;
+    assert!(gone.is_err(), "storing took longer than a round trip");
+    let mut stored = None;
+    for _ in 0..100 {
+        stored = state("stored").await;
+        if stored.as_deref() == Some("completed") {
+            break;
+        }
+        sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        stored.as_deref(),
+        Some("completed"),
+        "the answer was stored all the same"
+    );
+    app_write(1).await;
+
+    let c = claim(&scope("alice", "gone"), &x, &token("g"), HOUR);
+    let gone = tokio::time::timeout(Duration::from_millis(60), l.begin(&c)).await;
+    assert!(gone.is_err(), "the claim took longer than a round trip");
+    sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        state("gone").await,
+        None,
+        "no claim of a request that went away"
+    );
+    app_write(2).await;
 }
