@@ -32,7 +32,7 @@
 //!
 //! Features: `sqlite` (default; rusqlite with its bundled SQLite), `postgres` (sqlx
 //! 0.8), `postgres-rustls` (TLS through sqlx's rustls, when the app's sqlx has no TLS
-//! feature of its own), `test-support` ([`testing`]).
+//! feature of its own), `test-support` (the module `testing`).
 
 #![warn(missing_docs, missing_debug_implementations)]
 

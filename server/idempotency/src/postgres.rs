@@ -17,7 +17,7 @@
 //!
 //! Every call runs to its end in a task of its own, even when the request that made it goes
 //! away: sqlx 0.8 can leave a pooled connection inside an open transaction when a future is
-//! dropped during `BEGIN` (launchbadge/sqlx#4393), which would put the app's next queries on
+//! dropped during `BEGIN` (sqlx issue 4393), which would put the app's next queries on
 //! that connection into a transaction nobody commits. A claim whose request went away before
 //! its commit is rolled back instead of committed.
 //!

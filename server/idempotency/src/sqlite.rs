@@ -8,7 +8,7 @@
 //! which the layer answers with 503 and `Retry-After: 1`.
 //!
 //! Times are this machine's clock: every process that can open the file runs on it.
-//! (Several machines share a ledger through [`PgLedger`](crate::postgres), whose times are
+//! (Several machines share a ledger through `PgLedger` (feature `postgres`), whose times are
 //! the database's.)
 
 use crate::ledger::{

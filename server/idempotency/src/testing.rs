@@ -1,5 +1,5 @@
 //! Test support (feature `test-support`): what a test suite or a test server needs of a
-//! ledger and a production layer never does, kept out of the [`Ledger`](crate::Ledger)
+//! ledger and a production layer never does, kept out of the [`Ledger`]
 //! trait.
 
 use crate::ledger::{Ledger, LedgerFuture};
