@@ -64,6 +64,10 @@ setup() {
   if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
     apt_install postgresql
   fi
+  # The multi-instance ledger test skews one server's clock with libfaketime (LD_PRELOAD).
+  if ! compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null; then
+    apt_install faketime
+  fi
   if [ "$(geckodriver --version 2>/dev/null | head -1 | cut -d' ' -f2)" != "$GECKODRIVER_VERSION" ]; then
     cargo install --locked "geckodriver@$GECKODRIVER_VERSION"
   fi
@@ -164,7 +168,26 @@ run_tests() {
   suite lint bash -c 'cargo fmt --all --check &&
     cargo clippy --workspace --all-targets -- -D warnings &&
     cargo clippy --lib --tests --target wasm32-unknown-unknown -- -D warnings'
-  suite host cargo test --workspace
+  # (The multi-instance test runs as a suite of its own, below.)
+  suite host cargo test --workspace -- --skip multi_instance_
+  # The ledger shared by two reference-server processes on one real PostgreSQL (started by
+  # the test), one of them with its clock five minutes ahead (libfaketime): every write
+  # applied once (server/tests/multi_instance.rs).
+  suite multi-instance cargo test -p sw-outbox-server --test multi_instance
+  # The idempotency crate as crates.io would take it: each ledger feature alone (the
+  # PostgreSQL one without rusqlite), its docs without a warning, `cargo package` and
+  # `cargo publish --dry-run` (nothing is published; they read crates.io's index).
+  suite ledger-crate bash -c 'set -e
+    cargo check -p sw-outbox-idempotency --no-default-features
+    cargo check -p sw-outbox-idempotency --no-default-features --features sqlite
+    cargo check -p sw-outbox-idempotency --no-default-features --features postgres
+    if cargo tree -p sw-outbox-idempotency --no-default-features --features postgres -e normal \
+        | grep -E "rusqlite|libsqlite3-sys"; then
+      echo "the postgres feature alone must not pull in SQLite"; exit 1
+    fi
+    RUSTDOCFLAGS="-D warnings" cargo doc -p sw-outbox-idempotency --no-deps --all-features
+    cargo package -p sw-outbox-idempotency
+    cargo publish --dry-run -p sw-outbox-idempotency'
   suite service-worker wasm-pack test --mode no-install --headless --chrome
   # The same service-worker tests in Debian's Firefox ESR (webdriver.json names the binary).
   suite service-worker-firefox env GECKODRIVER="$HOME/.cargo/bin/geckodriver" \
