@@ -5,7 +5,8 @@
 #   ./build.sh demo     ... then run the demo (server + PWA) on http://127.0.0.1:8080
 #   ./build.sh test     ... then run every test: host, service worker (Chromium,
 #                       Firefox, WebKit), end to end (Chromium, Firefox, WebKit), the npm
-#                       package, the interop suite, the benchmark smoke
+#                       package, the interop suite, the benchmark smoke, the shared
+#                       PostgreSQL ledger of two servers, the idempotency crate's packing
 #
 # Nothing here downloads a prebuilt binary from outside the package registries:
 # Rust tools come from crates.io, browsers from Debian, Node packages from npm, and
