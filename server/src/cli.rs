@@ -210,6 +210,8 @@ mod tests {
         assert_eq!(c.body_read_timeout, Duration::from_secs(2));
         let prod = parse(&[]).expect("defaults");
         assert_eq!(prod.request_log, 0, "prod keeps no requests log");
+        assert_eq!(prod.header_read_timeout, Duration::from_secs(30));
+        assert_eq!(prod.body_read_timeout, Duration::from_secs(30));
         assert!(prod.trusted_proxies.is_empty());
         assert!(parse(&["--mode", "test"]).expect("test").request_log > 0);
     }

@@ -136,8 +136,11 @@ impl Config {
                 Mode::Demo => 1_000,
                 Mode::Test => 100_000,
             },
-            header_read_timeout: Duration::from_secs(15),
-            body_read_timeout: Duration::from_secs(15),
+            // Test and demo browsers hold unused connections open for a while (Firefox up
+            // to 115 s): the server waits longer, so the browser is always the one that
+            // closes an idle connection and never races a request on it.
+            header_read_timeout: Duration::from_secs(if mode == Mode::Prod { 30 } else { 120 }),
+            body_read_timeout: Duration::from_secs(30),
             write_budget: Rate {
                 count: 600,
                 per: Duration::from_secs(60),
