@@ -18,6 +18,13 @@ use support::{conformance, expected};
 struct Items(Arc<Mutex<Vec<Value>>>);
 
 fn user(headers: &HeaderMap) -> Option<String> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok()?.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    if bearer.is_some() {
+        return bearer;
+    }
     headers
         .get(header::COOKIE)?
         .to_str()
@@ -172,6 +179,56 @@ async fn without_a_count_route_or_a_replay_marker_nothing_is_claimed() {
         run.status,
         Some(1),
         "auth-me still fails: {}",
+        run.explain()
+    );
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_bearer_token_instead_of_a_cookie_sign_in() {
+    let (addr, task) = start().await;
+    let run = conformance(
+        addr,
+        &[
+            "--bearer",
+            "dave",
+            "--account",
+            "dave",
+            "--write",
+            "POST /api/items",
+            "--count",
+            "/api/items",
+            "--count-pointer",
+            "/items",
+            "--key-probe",
+            "1s",
+            "--json",
+        ],
+    )
+    .await;
+    let me = run.finding("auth-me");
+    assert!(
+        me["server"]
+            .as_str()
+            .is_some_and(|s| s.contains("signed in: 200 user.id \"dave\"")),
+        "{}",
+        run.explain()
+    );
+    assert_eq!(
+        run.outcomes()["replay"],
+        "fail",
+        "the token's writes were counted"
+    );
+    assert_eq!(
+        run.outcomes()["signed-out-write"],
+        "pass",
+        "sent without the token"
+    );
+    let run = conformance(addr, &["--bearer", "dave"]).await;
+    assert_eq!(
+        run.status,
+        Some(2),
+        "--bearer needs --account: {}",
         run.explain()
     );
     task.abort();
