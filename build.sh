@@ -110,7 +110,9 @@ build_server() {
   # The workspace's release profile aborts on panic (for the worker's size); the server
   # unwinds, so the idempotency layer can store a panicking route's 500 before the panic
   # goes on.
-  cargo build --release -p sw-outbox-server --config 'profile.release.panic="unwind"'
+  # And the conformance check (server/conformance), run against the interop app.
+  cargo build --release -p sw-outbox-server -p sw-outbox-conformance \
+    --config 'profile.release.panic="unwind"'
 }
 
 # Runs one suite, keeping its output to count tests afterwards.
@@ -170,7 +172,7 @@ run_tests() {
     cargo clippy --workspace --all-targets -- -D warnings &&
     cargo clippy --lib --tests --target wasm32-unknown-unknown -- -D warnings'
   # (The multi-instance test runs as a suite of its own, below.)
-  suite host cargo test --workspace -- --skip multi_instance_
+  suite host cargo test --workspace --exclude sw-outbox-conformance -- --skip multi_instance_
   # The ledger shared by two reference-server processes on one real PostgreSQL (started by
   # the test), one of them with its clock five minutes ahead (libfaketime): every write
   # applied once (server/tests/multi_instance.rs).
@@ -189,6 +191,10 @@ run_tests() {
     RUSTDOCFLAGS="-D warnings" cargo doc -p sw-outbox-idempotency --no-deps --all-features
     cargo package -p sw-outbox-idempotency
     cargo publish --dry-run -p sw-outbox-idempotency'
+  # The conformance check against the reference server on SQLite and PostgreSQL, and
+  # against a server without a ledger (it must fail there); the interop suite runs it
+  # against express-idempotency.
+  suite conformance cargo test -p sw-outbox-conformance
   suite service-worker wasm-pack test --mode no-install --headless --chrome
   # The same service-worker tests in Debian's Firefox ESR (webdriver.json names the binary).
   suite service-worker-firefox env GECKODRIVER="$HOME/.cargo/bin/geckodriver" \

@@ -15,13 +15,14 @@
 //! outbox, and login has no session to scope a key by.
 
 use crate::auth::{self, CurrentSession};
+use crate::client::ClientPolicy;
 use crate::config::{Config, Mode};
 use crate::control::{self, Control, RequestEntry};
 use crate::faults::{Fault, Injected};
 use crate::http_util::{
     default_cache_control, detail, drop_connection, header_str, storage_error, too_many,
 };
-use crate::limits::{Budget, Throttle};
+use crate::limits::{Budget, LoginThrottle};
 use crate::routes;
 use crate::security::OriginPolicy;
 use crate::static_files;
@@ -56,7 +57,9 @@ pub struct App {
     pub https_origin: bool,
     pub session_life: SessionLife,
     pub session_max: Duration,
-    pub login_throttle: Arc<Throttle>,
+    pub login_throttle: Arc<LoginThrottle>,
+    /// Who a request comes from (the peer, or the client a trusted proxy names).
+    pub clients: Arc<ClientPolicy>,
     pub write_budget: Arc<Budget>,
 }
 
@@ -92,7 +95,7 @@ impl App {
         App {
             store,
             ledger,
-            control: Arc::new(Control::default()),
+            control: Arc::new(Control::new(config.request_log)),
             idempotency: config.idempotency.clone(),
             mode: config.mode,
             max_request_body: config.max_request_body,
@@ -103,7 +106,11 @@ impl App {
                 max_ms: ms(config.session_max),
             },
             session_max: config.session_max,
-            login_throttle: Arc::new(Throttle::new(config.login_throttle)),
+            login_throttle: Arc::new(LoginThrottle::new(config.login_throttle)),
+            clients: Arc::new(ClientPolicy::new(
+                config.trusted_proxies.clone(),
+                config.forwarded_header,
+            )),
             write_budget: Arc::new(Budget::new(config.write_budget)),
         }
     }

@@ -1,5 +1,6 @@
 //! The command line (flags as in docs/SERVER-API.md).
 
+use crate::client::{parse_net, ForwardedHeader};
 use crate::config::{parse_duration, parse_rate, Config, Mode};
 use sw_outbox_idempotency::{KeyRule, TableName};
 
@@ -9,7 +10,9 @@ pub const USAGE: &str = "usage: sw-outbox-server [--port N] [--host ADDR] [--www
 [--in-progress-poll DUR] [--heartbeat DUR] [--stale-after DUR] [--ledger-max-rows N] \
 [--ledger-max-rows-per-account N] [--ledger-lock-wait DUR] \
 [--origin URL]... [--session-idle DUR] [--session-max DUR] [--login-throttle N/DUR] \
-[--write-budget N/DUR]   (DUR: 250ms, 90s, 10m, 24h, 7d, or milliseconds)";
+[--trusted-proxy IP|CIDR]... [--client-ip-header x-forwarded-for|forwarded] \
+[--write-budget N/DUR] [--request-log N] [--header-timeout DUR] [--body-timeout DUR]   \
+(DUR: 250ms, 90s, 10m, 24h, 7d, or milliseconds)";
 
 /// Flags that take no value.
 const SWITCHES: &[&str] = &["--strict-keys"];
@@ -84,12 +87,28 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
             "--session-max" => c.session_max = dur(&v)?,
             "--login-throttle" => c.login_throttle = rate(&v)?,
             "--write-budget" => c.write_budget = rate(&v)?,
+            "--trusted-proxy" => c
+                .trusted_proxies
+                .push(parse_net(&v).map_err(|e| format!("--trusted-proxy: {e}"))?),
+            "--client-ip-header" => {
+                c.forwarded_header = ForwardedHeader::parse(&v).ok_or_else(|| {
+                    format!("--client-ip-header {v}: x-forwarded-for or forwarded")
+                })?
+            }
+            "--request-log" => {
+                c.request_log = v.parse().map_err(|_| format!("bad --request-log {v}"))?
+            }
+            "--header-timeout" => c.header_read_timeout = dur(&v)?,
+            "--body-timeout" => c.body_read_timeout = dur(&v)?,
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
     c.idempotency = idem.build().map_err(|e| e.to_string())?;
     if c.session_idle.is_zero() || c.session_max.is_zero() {
         return Err("--session-idle and --session-max must be above zero".into());
+    }
+    if c.header_read_timeout.is_zero() || c.body_read_timeout.is_zero() {
+        return Err("--header-timeout and --body-timeout must be above zero".into());
     }
     Ok(c)
 }
@@ -181,6 +200,36 @@ mod tests {
     }
 
     #[test]
+    fn proxy_log_and_timeout_flags() {
+        let c = parse(&[
+            "--trusted-proxy",
+            "10.0.0.0/8",
+            "--trusted-proxy=127.0.0.1",
+            "--client-ip-header",
+            "Forwarded",
+            "--request-log",
+            "50",
+            "--header-timeout",
+            "5s",
+            "--body-timeout",
+            "2s",
+        ])
+        .expect("parses");
+        let nets: Vec<String> = c.trusted_proxies.iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["10.0.0.0/8", "127.0.0.1/32"]);
+        assert_eq!(c.forwarded_header, ForwardedHeader::Forwarded);
+        assert_eq!(c.request_log, 50);
+        assert_eq!(c.header_read_timeout, Duration::from_secs(5));
+        assert_eq!(c.body_read_timeout, Duration::from_secs(2));
+        let prod = parse(&[]).expect("defaults");
+        assert_eq!(prod.request_log, 0, "prod keeps no requests log");
+        assert_eq!(prod.header_read_timeout, Duration::from_secs(30));
+        assert_eq!(prod.body_read_timeout, Duration::from_secs(30));
+        assert!(prod.trusted_proxies.is_empty());
+        assert!(parse(&["--mode", "test"]).expect("test").request_log > 0);
+    }
+
+    #[test]
     fn refusals() {
         for bad in [
             &["--key-ttl", "soon"][..],
@@ -197,6 +246,10 @@ mod tests {
             &["--ledger-table", "Robert'); DROP TABLE students;--"],
             &["--origin", "app.example"],
             &["--frobnicate", "1"],
+            &["--trusted-proxy", "proxy.internal"],
+            &["--client-ip-header", "x-real-ip"],
+            &["--request-log", "-1"],
+            &["--header-timeout", "0s"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

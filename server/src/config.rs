@@ -4,6 +4,8 @@
 //! (see [`Config::for_mode`]) so the browser suites reach "in progress" and "outcome
 //! unknown" within their own waits. Every bound can still be set by flag in every mode.
 
+use crate::client::ForwardedHeader;
+use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -75,8 +77,22 @@ pub struct Config {
     pub session_idle: Duration,
     /// A session is over this long after sign-in, used or not.
     pub session_max: Duration,
-    /// Failed sign-ins allowed per account name and per client address.
+    /// Failed sign-ins allowed per (account, client) in a window; per client and per
+    /// account, `limits::WIDE_FACTOR` times as many (see [`crate::limits::LoginThrottle`]).
     pub login_throttle: Rate,
+    /// Proxies whose forwarding header names the client (`--trusted-proxy`); from any
+    /// other peer the header is ignored.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The header those proxies write (`--client-ip-header`).
+    pub forwarded_header: ForwardedHeader,
+    /// How many `/api/` requests the requests log keeps (the newest); 0 keeps none. Only
+    /// the control routes read it, so `prod` keeps none.
+    pub request_log: usize,
+    /// How long a connection may take to send a request's headers, and may sit idle
+    /// between requests (keep-alive), before it is closed.
+    pub header_read_timeout: Duration,
+    /// Longest pause while a request body arrives before the request fails (408).
+    pub body_read_timeout: Duration,
     /// Data writes allowed per session.
     pub write_budget: Rate,
     /// How often expired sessions and idle throttle entries are deleted.
@@ -118,6 +134,18 @@ impl Config {
                 count: 5,
                 per: Duration::from_secs(60),
             },
+            trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::default(),
+            request_log: match mode {
+                Mode::Prod => 0,
+                Mode::Demo => 1_000,
+                Mode::Test => 100_000,
+            },
+            // Test and demo browsers hold unused connections open for a while (Firefox up
+            // to 115 s): the server waits longer, so the browser is always the one that
+            // closes an idle connection and never races a request on it.
+            header_read_timeout: Duration::from_secs(if mode == Mode::Prod { 30 } else { 120 }),
+            body_read_timeout: Duration::from_secs(30),
             write_budget: Rate {
                 count: 600,
                 per: Duration::from_secs(60),

@@ -61,11 +61,28 @@ pub fn too_many(code: &str, wait: Duration) -> Response {
     resp
 }
 
-/// Reads a request body up to `max` bytes (bigger → 413 `body_too_large`).
+/// Reads a request body up to `max` bytes (bigger → 413 `body_too_large`; a body that
+/// paused past the connection's body timeout → 408 `body_timeout`).
 pub async fn read_body(body: Body, max: usize) -> Result<Bytes, Response> {
-    axum::body::to_bytes(body, max)
-        .await
-        .map_err(|_| detail(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"))
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        if caused_by_timeout(&e) {
+            detail(StatusCode::REQUEST_TIMEOUT, "body_timeout")
+        } else {
+            detail(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+        }
+    })
+}
+
+/// Whether a body error comes from [`crate::serve`]'s body read timeout.
+fn caused_by_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// 500 for a storage failure; the cause goes to stderr, not to the client.

@@ -18,7 +18,6 @@
 //! Timings are printed, never asserted.
 
 #[path = "../tests/support/pg.rs"]
-#[allow(dead_code)]
 mod pg;
 
 use sha2::{Digest, Sha256};

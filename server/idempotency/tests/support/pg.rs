@@ -19,6 +19,9 @@
 //! Without the binaries the PostgreSQL tests fail with a message naming the package; with
 //! `SW_OUTBOX_SKIP_PG=1` they are skipped instead (and say so).
 
+// Shared by the test crates of the workspace, each using a part of it.
+#![allow(dead_code)]
+
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
