@@ -39,13 +39,15 @@ use futures_util::stream::{self, StreamExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use sw_outbox_idempotency::{IdempotencyLayer, Ledger, PgLedger, Settings, SqliteLedger};
+use sw_outbox_idempotency::testing::Inspect;
+use sw_outbox_idempotency::{IdempotencyLayer, PgLedger, Settings, SqliteLedger};
 
 /// Shared state of all routes.
 #[derive(Clone)]
 pub struct App {
     pub store: Store,
-    pub ledger: Arc<dyn Ledger>,
+    /// The idempotency ledger; the control routes' reset clears it.
+    pub ledger: Arc<dyn Inspect>,
     pub control: Arc<Control>,
     pub idempotency: Settings,
     pub mode: Mode,
@@ -71,18 +73,13 @@ impl App {
     pub async fn connect(config: &Config) -> Result<App, String> {
         let db = Db::open(&config.db).map_err(|e| format!("opening {}: {e}", config.db))?;
         let store = Store::new(db).map_err(|e| e.to_string())?;
-        let ledger: Arc<dyn Ledger> = match &config.ledger {
+        let ledger: Arc<dyn Inspect> = match &config.ledger {
             None => Arc::new(
                 SqliteLedger::open_with(&config.db, config.ledger_lock_wait)
                     .map_err(|e| format!("opening the ledger in {}: {e}", config.db))?,
             ),
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                // The URL may hold a password: the error names the backend, never the URL.
-                Arc::new(
-                    PgLedger::connect_with(url, config.ledger_lock_wait)
-                        .await
-                        .map_err(|e| e.to_string())?,
-                )
+                Arc::new(pg_ledger(config, url).await?)
             }
             Some(url) => {
                 return Err(format!(
@@ -93,8 +90,8 @@ impl App {
         Ok(App::with_ledger(config, store, ledger))
     }
 
-    /// The state with another [`Ledger`] backend.
-    pub fn with_ledger(config: &Config, store: Store, ledger: Arc<dyn Ledger>) -> App {
+    /// The state with another ledger backend.
+    pub fn with_ledger(config: &Config, store: Store, ledger: Arc<dyn Inspect>) -> App {
         App {
             store,
             ledger,
@@ -117,6 +114,35 @@ impl App {
             write_budget: Arc::new(Budget::new(config.write_budget)),
         }
     }
+}
+
+/// Connections the PostgreSQL ledger's pool keeps at most. Every ledger call holds one only
+/// for a few round trips (a claim never stays open across the route), so a handful serves
+/// many requests; the bound keeps several replicas well under PostgreSQL's default
+/// `max_connections` (100).
+pub const PG_POOL_SIZE: u32 = 16;
+
+/// How long opening a PostgreSQL connection may take at start-up.
+const PG_CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+/// The PostgreSQL ledger as an sqlx app builds it: its pool (TLS as the URL's `sslmode`
+/// says), the ledger on it, and the migration run at start-up.
+async fn pg_ledger(config: &Config, url: &str) -> Result<PgLedger, String> {
+    // The URL may hold a password: errors name the backend, never the URL.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(PG_POOL_SIZE)
+        .acquire_timeout(PG_CONNECT_WAIT)
+        .connect(url)
+        .await
+        .map_err(|e| format!("connecting the PostgreSQL ledger: {e}"))?;
+    let ledger = PgLedger::new(pool)
+        .with_table(config.ledger_table.clone())
+        .with_lock_wait(config.ledger_lock_wait);
+    ledger
+        .migrate()
+        .await
+        .map_err(|e| format!("creating the ledger table {}: {e}", config.ledger_table))?;
+    Ok(ledger)
 }
 
 /// `^/api/auth(/|\?|$)`, case-insensitively, as the outbox's `authRoutePattern`.
@@ -143,7 +169,7 @@ fn account_of(parts: &Parts) -> Option<String> {
 }
 
 pub fn router(app: App, www: &Path) -> Router {
-    let layer = IdempotencyLayer::new(app.ledger.clone(), account_of)
+    let layer = IdempotencyLayer::new(app.ledger.clone().into_ledger(), account_of)
         .with_settings(app.idempotency.clone());
     let api = Router::new()
         .route("/api/auth/login", post(auth::login))

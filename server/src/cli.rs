@@ -2,12 +2,13 @@
 
 use crate::client::{parse_net, ForwardedHeader};
 use crate::config::{parse_duration, parse_rate, Config, Mode};
-use sw_outbox_idempotency::KeyRule;
+use sw_outbox_idempotency::{KeyRule, TableName};
 
 pub const USAGE: &str = "usage: sw-outbox-server [--port N] [--host ADDR] [--www DIR] \
-[--db FILE|:memory:] [--ledger postgres://USER@HOST:PORT/DB] [--mode prod|demo|test] \
-[--key-ttl DUR] [--strict-keys] [--in-progress-wait DUR] [--in-progress-poll DUR] \
-[--heartbeat DUR] [--stale-after DUR] [--ledger-max-rows N] [--ledger-lock-wait DUR] \
+[--db FILE|:memory:] [--ledger postgres://USER@HOST:PORT/DB] [--ledger-table NAME] \
+[--mode prod|demo|test] [--key-ttl DUR] [--strict-keys] [--in-progress-wait DUR] \
+[--in-progress-poll DUR] [--heartbeat DUR] [--stale-after DUR] [--ledger-max-rows N] \
+[--ledger-max-rows-per-account N] [--ledger-lock-wait DUR] \
 [--origin URL]... [--session-idle DUR] [--session-max DUR] [--login-throttle N/DUR] \
 [--trusted-proxy IP|CIDR]... [--client-ip-header x-forwarded-for|forwarded] \
 [--write-budget N/DUR] [--request-log N] [--header-timeout DUR] [--body-timeout DUR]   \
@@ -52,6 +53,10 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
         }
     }
     let mut c = Config::for_mode(mode);
+    let mut idem = c.idempotency.to_builder();
+    let count = |flag: &str, v: &str| -> Result<u64, String> {
+        v.parse().map_err(|_| format!("bad {flag} {v}"))
+    };
     for (flag, value) in flags {
         let v = value.unwrap_or_default();
         let dur = |v: &str| parse_duration(v).map_err(|e| format!("{flag}: {e}"));
@@ -63,16 +68,18 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
             "--www" => c.www = v.into(),
             "--db" => c.db = v,
             "--ledger" => c.ledger = Some(v),
-            "--key-ttl" => c.idempotency.key_ttl = dur(&v)?,
-            "--strict-keys" => c.idempotency.key_rule = KeyRule::Strict,
-            "--in-progress-wait" => c.idempotency.in_progress_wait = dur(&v)?,
-            "--in-progress-poll" => c.idempotency.in_progress_poll = dur(&v)?,
-            "--heartbeat" => c.idempotency.heartbeat_every = dur(&v)?,
-            "--stale-after" => c.idempotency.stale_after = dur(&v)?,
-            "--ledger-max-rows" => {
-                c.idempotency.max_rows = v
-                    .parse()
-                    .map_err(|_| format!("bad --ledger-max-rows {v}"))?
+            "--ledger-table" => {
+                c.ledger_table = TableName::new(&v).map_err(|e| format!("--ledger-table: {e}"))?
+            }
+            "--key-ttl" => idem = idem.key_ttl(dur(&v)?),
+            "--strict-keys" => idem = idem.key_rule(KeyRule::Strict),
+            "--in-progress-wait" => idem = idem.in_progress_wait(dur(&v)?),
+            "--in-progress-poll" => idem = idem.in_progress_poll(dur(&v)?),
+            "--heartbeat" => idem = idem.heartbeat_every(dur(&v)?),
+            "--stale-after" => idem = idem.stale_after(dur(&v)?),
+            "--ledger-max-rows" => idem = idem.max_rows(count(&flag, &v)?),
+            "--ledger-max-rows-per-account" => {
+                idem = idem.max_rows_per_account(Some(count(&flag, &v)?))
             }
             "--ledger-lock-wait" => c.ledger_lock_wait = dur(&v)?,
             "--origin" => c.origins.push(normalize_origin(&v)?),
@@ -96,7 +103,7 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
-    c.idempotency.check()?;
+    c.idempotency = idem.build().map_err(|e| e.to_string())?;
     if c.session_idle.is_zero() || c.session_max.is_zero() {
         return Err("--session-idle and --session-max must be above zero".into());
     }
@@ -135,7 +142,7 @@ mod tests {
         ])
         .expect("parses");
         assert_eq!((c.port, c.mode, c.db.as_str()), (0, Mode::Test, ":memory:"));
-        assert_eq!(c.idempotency.stale_after, Duration::from_secs(10));
+        assert_eq!(c.idempotency.stale_after(), Duration::from_secs(10));
     }
 
     #[test]
@@ -151,20 +158,26 @@ mod tests {
             "4s",
             "--ledger-max-rows",
             "10",
+            "--ledger-max-rows-per-account=4",
+            "--ledger-table",
+            "app.ledger",
             "--mode",
             "test",
         ])
         .expect("parses");
-        assert_eq!(c.idempotency.key_ttl, Duration::from_secs(90));
-        assert_eq!(c.idempotency.key_rule, KeyRule::Strict);
+        assert_eq!(c.idempotency.key_ttl(), Duration::from_secs(90));
+        assert_eq!(c.idempotency.key_rule(), KeyRule::Strict);
         // Set after `--mode test` in the list, but the flags win over the mode's defaults.
-        assert_eq!(c.idempotency.in_progress_wait, Duration::from_secs(5));
-        assert_eq!(c.idempotency.stale_after, Duration::from_secs(4));
-        assert_eq!(c.idempotency.max_rows, 10);
-        assert_eq!(
-            parse(&[]).expect("defaults").idempotency.key_ttl,
-            Duration::from_secs(86_400)
-        );
+        assert_eq!(c.idempotency.in_progress_wait(), Duration::from_secs(5));
+        assert_eq!(c.idempotency.stale_after(), Duration::from_secs(4));
+        assert_eq!(c.idempotency.max_rows(), 10);
+        assert_eq!(c.idempotency.max_rows_per_account(), Some(4));
+        assert_eq!(c.ledger_table.to_string(), "app.ledger");
+        assert!(c.idempotency.stored_headers().iter().any(|h| h == "etag"));
+        let defaults = parse(&[]).expect("defaults");
+        assert_eq!(defaults.idempotency.key_ttl(), Duration::from_secs(86_400));
+        assert_eq!(defaults.idempotency.max_rows_per_account(), None);
+        assert_eq!(defaults.ledger_table.to_string(), "idempotency");
     }
 
     #[test]
@@ -224,6 +237,13 @@ mod tests {
             &["--port"],
             &["--mode", "staging"],
             &["--heartbeat", "40s"],
+            &[
+                "--ledger-max-rows",
+                "10",
+                "--ledger-max-rows-per-account",
+                "11",
+            ],
+            &["--ledger-table", "Robert'); DROP TABLE students;--"],
             &["--origin", "app.example"],
             &["--frobnicate", "1"],
             &["--trusted-proxy", "proxy.internal"],

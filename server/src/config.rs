@@ -9,7 +9,7 @@ use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
-use sw_outbox_idempotency::{Settings, DEFAULT_LOCK_WAIT};
+use sw_outbox_idempotency::{Settings, TableName, DEFAULT_LOCK_WAIT};
 
 /// Which routes exist. `/__control/` is a remote switch for breaking the server, so it must
 /// never be reachable in `prod`.
@@ -56,6 +56,8 @@ pub struct Config {
     /// `Some(postgres://…)`: keep the idempotency ledger in that PostgreSQL database, so
     /// several server processes share it.
     pub ledger: Option<String>,
+    /// The PostgreSQL ledger's table (`--ledger-table`), created at start-up.
+    pub ledger_table: TableName,
     pub mode: Mode,
     /// The idempotency layer's bounds; the reference server also stores and replays `ETag`.
     pub idempotency: Settings,
@@ -103,20 +105,23 @@ impl Config {
     /// suites script those states and wait for them; `prod` and `demo` keep the design's
     /// 25 s / 250 ms / 30 s / 10 s.
     pub fn for_mode(mode: Mode) -> Config {
-        let mut idempotency = Settings::default();
-        idempotency.stored_headers.push(axum::http::header::ETAG);
+        let mut idempotency = Settings::builder().store_header(axum::http::header::ETAG);
         if mode == Mode::Test {
-            idempotency.in_progress_wait = Duration::from_secs(2);
-            idempotency.in_progress_poll = Duration::from_millis(50);
-            idempotency.heartbeat_every = Duration::from_millis(2500);
-            idempotency.stale_after = Duration::from_secs(10);
+            idempotency = idempotency
+                .in_progress_wait(Duration::from_secs(2))
+                .in_progress_poll(Duration::from_millis(50))
+                .heartbeat_every(Duration::from_millis(2500))
+                .stale_after(Duration::from_secs(10));
         }
+        // The defaults of both modes pass the settings' checks (a test below says so).
+        let idempotency = idempotency.build().unwrap_or_default();
         Config {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 8080,
             www: PathBuf::from("www"),
             db: "sw-outbox-server.sqlite".to_owned(),
             ledger: None,
+            ledger_table: TableName::default(),
             mode,
             idempotency,
             ledger_lock_wait: DEFAULT_LOCK_WAIT,
@@ -240,12 +245,13 @@ mod tests {
     fn test_mode_shortens_the_waits_only() {
         let test = Config::for_mode(Mode::Test).idempotency;
         let prod = Config::for_mode(Mode::Prod).idempotency;
-        assert_eq!(prod.in_progress_wait, Duration::from_secs(25));
-        assert_eq!(prod.stale_after, Duration::from_secs(30));
-        assert_eq!(test.in_progress_wait, Duration::from_secs(2));
-        assert_eq!(test.stale_after, Duration::from_secs(10));
-        assert_eq!(test.key_ttl, prod.key_ttl);
-        assert!(test.check().is_ok() && prod.check().is_ok());
-        assert!(prod.stored_headers.iter().any(|h| h == "etag"));
+        assert_eq!(prod.in_progress_wait(), Duration::from_secs(25));
+        assert_eq!(prod.stale_after(), Duration::from_secs(30));
+        assert_eq!(test.in_progress_wait(), Duration::from_secs(2));
+        assert_eq!(test.stale_after(), Duration::from_secs(10));
+        assert_eq!(test.key_ttl(), prod.key_ttl());
+        assert!(test.to_builder().build().is_ok() && prod.to_builder().build().is_ok());
+        assert!(prod.stored_headers().iter().any(|h| h == "etag"));
+        assert!(test.stored_headers().iter().any(|h| h == "etag"));
     }
 }

@@ -1,5 +1,5 @@
 //! Small helpers shared by the route modules: JSON error bodies, header reading, the
-//! "drop this connection" marker, random tokens and the clock (the ledger's wall clock).
+//! "drop this connection" marker, random tokens and the wall clock.
 
 use crate::limits::retry_after_secs;
 use axum::body::{Body, Bytes};
@@ -7,8 +7,16 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use std::time::Duration;
-pub use sw_outbox_idempotency::now_ms;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Wall-clock milliseconds since the Unix epoch (sessions, throttles). The idempotency
+/// ledger keeps its own times.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
 
 /// Marker put in a response's extensions by the pipeline when the connection must be closed
 /// without any HTTP answer (network down, `refuse`, `drop-after-commit`). The connection loop
