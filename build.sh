@@ -5,7 +5,8 @@
 #   ./build.sh demo     ... then run the demo (server + PWA) on http://127.0.0.1:8080
 #   ./build.sh test     ... then run every test: host, service worker (Chromium,
 #                       Firefox, WebKit), end to end (Chromium, Firefox, WebKit), the npm
-#                       package, the interop suite, the benchmark smoke
+#                       package, the interop suite, the benchmark smoke, the shared
+#                       PostgreSQL ledger of two servers, the idempotency crate's packing
 #
 # Nothing here downloads a prebuilt binary from outside the package registries:
 # Rust tools come from crates.io, browsers from Debian, Node packages from npm, and
@@ -64,6 +65,10 @@ setup() {
   if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
     apt_install postgresql
   fi
+  # The multi-instance ledger test skews one server's clock with libfaketime (LD_PRELOAD).
+  if ! compgen -G '/usr/lib/*/faketime/libfaketimeMT.so.1' >/dev/null; then
+    apt_install faketime
+  fi
   if [ "$(geckodriver --version 2>/dev/null | head -1 | cut -d' ' -f2)" != "$GECKODRIVER_VERSION" ]; then
     cargo install --locked "geckodriver@$GECKODRIVER_VERSION"
   fi
@@ -105,7 +110,9 @@ build_server() {
   # The workspace's release profile aborts on panic (for the worker's size); the server
   # unwinds, so the idempotency layer can store a panicking route's 500 before the panic
   # goes on.
-  cargo build --release -p sw-outbox-server --config 'profile.release.panic="unwind"'
+  # And the conformance check (server/conformance), run against the interop app.
+  cargo build --release -p sw-outbox-server -p sw-outbox-conformance \
+    --config 'profile.release.panic="unwind"'
 }
 
 # Runs one suite, keeping its output to count tests afterwards.
@@ -164,7 +171,30 @@ run_tests() {
   suite lint bash -c 'cargo fmt --all --check &&
     cargo clippy --workspace --all-targets -- -D warnings &&
     cargo clippy --lib --tests --target wasm32-unknown-unknown -- -D warnings'
-  suite host cargo test --workspace
+  # (The multi-instance test runs as a suite of its own, below.)
+  suite host cargo test --workspace --exclude sw-outbox-conformance -- --skip multi_instance_
+  # The ledger shared by two reference-server processes on one real PostgreSQL (started by
+  # the test), one of them with its clock five minutes ahead (libfaketime): every write
+  # applied once (server/tests/multi_instance.rs).
+  suite multi-instance cargo test -p sw-outbox-server --test multi_instance
+  # The idempotency crate as crates.io would take it: each ledger feature alone (the
+  # PostgreSQL one without rusqlite), its docs without a warning, `cargo package` and
+  # `cargo publish --dry-run` (nothing is published; they read crates.io's index).
+  suite ledger-crate bash -c 'set -e
+    cargo check -p sw-outbox-idempotency --no-default-features
+    cargo check -p sw-outbox-idempotency --no-default-features --features sqlite
+    cargo check -p sw-outbox-idempotency --no-default-features --features postgres
+    if cargo tree -p sw-outbox-idempotency --no-default-features --features postgres -e normal \
+        | grep -E "rusqlite|libsqlite3-sys"; then
+      echo "the postgres feature alone must not pull in SQLite"; exit 1
+    fi
+    RUSTDOCFLAGS="-D warnings" cargo doc -p sw-outbox-idempotency --no-deps --all-features
+    cargo package -p sw-outbox-idempotency
+    cargo publish --dry-run -p sw-outbox-idempotency'
+  # The conformance check against the reference server on SQLite and PostgreSQL, and
+  # against a server without a ledger (it must fail there); the interop suite runs it
+  # against express-idempotency.
+  suite conformance cargo test -p sw-outbox-conformance
   suite service-worker wasm-pack test --mode no-install --headless --chrome
   # The same service-worker tests in Debian's Firefox ESR (webdriver.json names the binary).
   suite service-worker-firefox env GECKODRIVER="$HOME/.cargo/bin/geckodriver" \

@@ -15,13 +15,14 @@
 //! outbox, and login has no session to scope a key by.
 
 use crate::auth::{self, CurrentSession};
+use crate::client::ClientPolicy;
 use crate::config::{Config, Mode};
 use crate::control::{self, Control, RequestEntry};
 use crate::faults::{Fault, Injected};
 use crate::http_util::{
     default_cache_control, detail, drop_connection, header_str, storage_error, too_many,
 };
-use crate::limits::{Budget, Throttle};
+use crate::limits::{Budget, LoginThrottle};
 use crate::routes;
 use crate::security::OriginPolicy;
 use crate::static_files;
@@ -38,13 +39,15 @@ use futures_util::stream::{self, StreamExt};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use sw_outbox_idempotency::{IdempotencyLayer, Ledger, PgLedger, Settings, SqliteLedger};
+use sw_outbox_idempotency::testing::Inspect;
+use sw_outbox_idempotency::{IdempotencyLayer, PgLedger, Settings, SqliteLedger};
 
 /// Shared state of all routes.
 #[derive(Clone)]
 pub struct App {
     pub store: Store,
-    pub ledger: Arc<dyn Ledger>,
+    /// The idempotency ledger; the control routes' reset clears it.
+    pub ledger: Arc<dyn Inspect>,
     pub control: Arc<Control>,
     pub idempotency: Settings,
     pub mode: Mode,
@@ -54,7 +57,9 @@ pub struct App {
     pub https_origin: bool,
     pub session_life: SessionLife,
     pub session_max: Duration,
-    pub login_throttle: Arc<Throttle>,
+    pub login_throttle: Arc<LoginThrottle>,
+    /// Who a request comes from (the peer, or the client a trusted proxy names).
+    pub clients: Arc<ClientPolicy>,
     pub write_budget: Arc<Budget>,
 }
 
@@ -68,18 +73,13 @@ impl App {
     pub async fn connect(config: &Config) -> Result<App, String> {
         let db = Db::open(&config.db).map_err(|e| format!("opening {}: {e}", config.db))?;
         let store = Store::new(db).map_err(|e| e.to_string())?;
-        let ledger: Arc<dyn Ledger> = match &config.ledger {
+        let ledger: Arc<dyn Inspect> = match &config.ledger {
             None => Arc::new(
                 SqliteLedger::open_with(&config.db, config.ledger_lock_wait)
                     .map_err(|e| format!("opening the ledger in {}: {e}", config.db))?,
             ),
             Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                // The URL may hold a password: the error names the backend, never the URL.
-                Arc::new(
-                    PgLedger::connect_with(url, config.ledger_lock_wait)
-                        .await
-                        .map_err(|e| e.to_string())?,
-                )
+                Arc::new(pg_ledger(config, url).await?)
             }
             Some(url) => {
                 return Err(format!(
@@ -90,12 +90,12 @@ impl App {
         Ok(App::with_ledger(config, store, ledger))
     }
 
-    /// The state with another [`Ledger`] backend.
-    pub fn with_ledger(config: &Config, store: Store, ledger: Arc<dyn Ledger>) -> App {
+    /// The state with another ledger backend.
+    pub fn with_ledger(config: &Config, store: Store, ledger: Arc<dyn Inspect>) -> App {
         App {
             store,
             ledger,
-            control: Arc::new(Control::default()),
+            control: Arc::new(Control::new(config.request_log)),
             idempotency: config.idempotency.clone(),
             mode: config.mode,
             max_request_body: config.max_request_body,
@@ -106,10 +106,43 @@ impl App {
                 max_ms: ms(config.session_max),
             },
             session_max: config.session_max,
-            login_throttle: Arc::new(Throttle::new(config.login_throttle)),
+            login_throttle: Arc::new(LoginThrottle::new(config.login_throttle)),
+            clients: Arc::new(ClientPolicy::new(
+                config.trusted_proxies.clone(),
+                config.forwarded_header,
+            )),
             write_budget: Arc::new(Budget::new(config.write_budget)),
         }
     }
+}
+
+/// Connections the PostgreSQL ledger's pool keeps at most. Every ledger call holds one only
+/// for a few round trips (a claim never stays open across the route), so a handful serves
+/// many requests; the bound keeps several replicas well under PostgreSQL's default
+/// `max_connections` (100).
+pub const PG_POOL_SIZE: u32 = 16;
+
+/// How long opening a PostgreSQL connection may take at start-up.
+const PG_CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+/// The PostgreSQL ledger as an sqlx app builds it: its pool (TLS as the URL's `sslmode`
+/// says), the ledger on it, and the migration run at start-up.
+async fn pg_ledger(config: &Config, url: &str) -> Result<PgLedger, String> {
+    // The URL may hold a password: errors name the backend, never the URL.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(PG_POOL_SIZE)
+        .acquire_timeout(PG_CONNECT_WAIT)
+        .connect(url)
+        .await
+        .map_err(|e| format!("connecting the PostgreSQL ledger: {e}"))?;
+    let ledger = PgLedger::new(pool)
+        .with_table(config.ledger_table.clone())
+        .with_lock_wait(config.ledger_lock_wait);
+    ledger
+        .migrate()
+        .await
+        .map_err(|e| format!("creating the ledger table {}: {e}", config.ledger_table))?;
+    Ok(ledger)
 }
 
 /// `^/api/auth(/|\?|$)`, case-insensitively, as the outbox's `authRoutePattern`.
@@ -136,7 +169,7 @@ fn account_of(parts: &Parts) -> Option<String> {
 }
 
 pub fn router(app: App, www: &Path) -> Router {
-    let layer = IdempotencyLayer::new(app.ledger.clone(), account_of)
+    let layer = IdempotencyLayer::new(app.ledger.clone().into_ledger(), account_of)
         .with_settings(app.idempotency.clone());
     let api = Router::new()
         .route("/api/auth/login", post(auth::login))

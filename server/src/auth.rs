@@ -112,25 +112,29 @@ pub async fn login(
         Ok(c) => c,
         Err(resp) => return resp,
     };
-    // Failures count per account name and per client address: guessing one account's
-    // password and trying one password on many accounts are both slowed down.
+    // Failures count per (account, client), per client and per account (see
+    // `LoginThrottle`): guessing one account's password and trying one password on many
+    // accounts are both slowed down, and no client locks out the others. The client is
+    // the peer, or behind a trusted proxy the client it names.
     let now = Instant::now();
-    let by_account = format!("account:{}", creds.user_id.to_lowercase());
-    let by_address = match client {
-        Some(Extension(ClientAddr(addr))) => format!("address:{}", addr.ip()),
-        None => "address:unknown".to_owned(),
+    let client = match client {
+        Some(Extension(ClientAddr(addr))) => app.clients.client(addr.ip(), &headers),
+        None => app
+            .clients
+            .client(std::net::Ipv4Addr::UNSPECIFIED.into(), &headers),
     };
-    for key in [&by_account, &by_address] {
-        if let Err(wait) = app.login_throttle.check(key, now) {
-            return too_many("too_many_login_attempts", wait);
-        }
+    if let Err(wait) = app
+        .login_throttle
+        .check(&creds.user_id, client.as_str(), now)
+    {
+        return too_many("too_many_login_attempts", wait);
     }
     if !ACCOUNTS.contains(&creds.user_id.as_str()) || creds.password != creds.user_id {
-        app.login_throttle.fail(&by_account, now);
-        app.login_throttle.fail(&by_address, now);
+        app.login_throttle
+            .fail(&creds.user_id, client.as_str(), now);
         return detail(StatusCode::UNAUTHORIZED, "invalid_credentials");
     }
-    app.login_throttle.clear(&by_account);
+    app.login_throttle.succeed(&creds.user_id, client.as_str());
     // A new login replaces whatever session the browser had (never two live sessions in
     // one cookie jar, and a fresh CSRF token).
     if let Some(old) = current.0 {

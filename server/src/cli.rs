@@ -1,14 +1,18 @@
 //! The command line (flags as in docs/SERVER-API.md).
 
+use crate::client::{parse_net, ForwardedHeader};
 use crate::config::{parse_duration, parse_rate, Config, Mode};
-use sw_outbox_idempotency::KeyRule;
+use sw_outbox_idempotency::{KeyRule, TableName};
 
 pub const USAGE: &str = "usage: sw-outbox-server [--port N] [--host ADDR] [--www DIR] \
-[--db FILE|:memory:] [--ledger postgres://USER@HOST:PORT/DB] [--mode prod|demo|test] \
-[--key-ttl DUR] [--strict-keys] [--in-progress-wait DUR] [--in-progress-poll DUR] \
-[--heartbeat DUR] [--stale-after DUR] [--ledger-max-rows N] [--ledger-lock-wait DUR] \
+[--db FILE|:memory:] [--ledger postgres://USER@HOST:PORT/DB] [--ledger-table NAME] \
+[--mode prod|demo|test] [--key-ttl DUR] [--strict-keys] [--in-progress-wait DUR] \
+[--in-progress-poll DUR] [--heartbeat DUR] [--stale-after DUR] [--ledger-max-rows N] \
+[--ledger-max-rows-per-account N] [--ledger-lock-wait DUR] \
 [--origin URL]... [--session-idle DUR] [--session-max DUR] [--login-throttle N/DUR] \
-[--write-budget N/DUR]   (DUR: 250ms, 90s, 10m, 24h, 7d, or milliseconds)";
+[--trusted-proxy IP|CIDR]... [--client-ip-header x-forwarded-for|forwarded] \
+[--write-budget N/DUR] [--request-log N] [--header-timeout DUR] [--body-timeout DUR]   \
+(DUR: 250ms, 90s, 10m, 24h, 7d, or milliseconds)";
 
 /// Flags that take no value.
 const SWITCHES: &[&str] = &["--strict-keys"];
@@ -49,6 +53,10 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
         }
     }
     let mut c = Config::for_mode(mode);
+    let mut idem = c.idempotency.to_builder();
+    let count = |flag: &str, v: &str| -> Result<u64, String> {
+        v.parse().map_err(|_| format!("bad {flag} {v}"))
+    };
     for (flag, value) in flags {
         let v = value.unwrap_or_default();
         let dur = |v: &str| parse_duration(v).map_err(|e| format!("{flag}: {e}"));
@@ -60,16 +68,18 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
             "--www" => c.www = v.into(),
             "--db" => c.db = v,
             "--ledger" => c.ledger = Some(v),
-            "--key-ttl" => c.idempotency.key_ttl = dur(&v)?,
-            "--strict-keys" => c.idempotency.key_rule = KeyRule::Strict,
-            "--in-progress-wait" => c.idempotency.in_progress_wait = dur(&v)?,
-            "--in-progress-poll" => c.idempotency.in_progress_poll = dur(&v)?,
-            "--heartbeat" => c.idempotency.heartbeat_every = dur(&v)?,
-            "--stale-after" => c.idempotency.stale_after = dur(&v)?,
-            "--ledger-max-rows" => {
-                c.idempotency.max_rows = v
-                    .parse()
-                    .map_err(|_| format!("bad --ledger-max-rows {v}"))?
+            "--ledger-table" => {
+                c.ledger_table = TableName::new(&v).map_err(|e| format!("--ledger-table: {e}"))?
+            }
+            "--key-ttl" => idem = idem.key_ttl(dur(&v)?),
+            "--strict-keys" => idem = idem.key_rule(KeyRule::Strict),
+            "--in-progress-wait" => idem = idem.in_progress_wait(dur(&v)?),
+            "--in-progress-poll" => idem = idem.in_progress_poll(dur(&v)?),
+            "--heartbeat" => idem = idem.heartbeat_every(dur(&v)?),
+            "--stale-after" => idem = idem.stale_after(dur(&v)?),
+            "--ledger-max-rows" => idem = idem.max_rows(count(&flag, &v)?),
+            "--ledger-max-rows-per-account" => {
+                idem = idem.max_rows_per_account(Some(count(&flag, &v)?))
             }
             "--ledger-lock-wait" => c.ledger_lock_wait = dur(&v)?,
             "--origin" => c.origins.push(normalize_origin(&v)?),
@@ -77,12 +87,28 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
             "--session-max" => c.session_max = dur(&v)?,
             "--login-throttle" => c.login_throttle = rate(&v)?,
             "--write-budget" => c.write_budget = rate(&v)?,
+            "--trusted-proxy" => c
+                .trusted_proxies
+                .push(parse_net(&v).map_err(|e| format!("--trusted-proxy: {e}"))?),
+            "--client-ip-header" => {
+                c.forwarded_header = ForwardedHeader::parse(&v).ok_or_else(|| {
+                    format!("--client-ip-header {v}: x-forwarded-for or forwarded")
+                })?
+            }
+            "--request-log" => {
+                c.request_log = v.parse().map_err(|_| format!("bad --request-log {v}"))?
+            }
+            "--header-timeout" => c.header_read_timeout = dur(&v)?,
+            "--body-timeout" => c.body_read_timeout = dur(&v)?,
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
-    c.idempotency.check()?;
+    c.idempotency = idem.build().map_err(|e| e.to_string())?;
     if c.session_idle.is_zero() || c.session_max.is_zero() {
         return Err("--session-idle and --session-max must be above zero".into());
+    }
+    if c.header_read_timeout.is_zero() || c.body_read_timeout.is_zero() {
+        return Err("--header-timeout and --body-timeout must be above zero".into());
     }
     Ok(c)
 }
@@ -116,7 +142,7 @@ mod tests {
         ])
         .expect("parses");
         assert_eq!((c.port, c.mode, c.db.as_str()), (0, Mode::Test, ":memory:"));
-        assert_eq!(c.idempotency.stale_after, Duration::from_secs(10));
+        assert_eq!(c.idempotency.stale_after(), Duration::from_secs(10));
     }
 
     #[test]
@@ -132,20 +158,26 @@ mod tests {
             "4s",
             "--ledger-max-rows",
             "10",
+            "--ledger-max-rows-per-account=4",
+            "--ledger-table",
+            "app.ledger",
             "--mode",
             "test",
         ])
         .expect("parses");
-        assert_eq!(c.idempotency.key_ttl, Duration::from_secs(90));
-        assert_eq!(c.idempotency.key_rule, KeyRule::Strict);
+        assert_eq!(c.idempotency.key_ttl(), Duration::from_secs(90));
+        assert_eq!(c.idempotency.key_rule(), KeyRule::Strict);
         // Set after `--mode test` in the list, but the flags win over the mode's defaults.
-        assert_eq!(c.idempotency.in_progress_wait, Duration::from_secs(5));
-        assert_eq!(c.idempotency.stale_after, Duration::from_secs(4));
-        assert_eq!(c.idempotency.max_rows, 10);
-        assert_eq!(
-            parse(&[]).expect("defaults").idempotency.key_ttl,
-            Duration::from_secs(86_400)
-        );
+        assert_eq!(c.idempotency.in_progress_wait(), Duration::from_secs(5));
+        assert_eq!(c.idempotency.stale_after(), Duration::from_secs(4));
+        assert_eq!(c.idempotency.max_rows(), 10);
+        assert_eq!(c.idempotency.max_rows_per_account(), Some(4));
+        assert_eq!(c.ledger_table.to_string(), "app.ledger");
+        assert!(c.idempotency.stored_headers().iter().any(|h| h == "etag"));
+        let defaults = parse(&[]).expect("defaults");
+        assert_eq!(defaults.idempotency.key_ttl(), Duration::from_secs(86_400));
+        assert_eq!(defaults.idempotency.max_rows_per_account(), None);
+        assert_eq!(defaults.ledger_table.to_string(), "idempotency");
     }
 
     #[test]
@@ -168,6 +200,36 @@ mod tests {
     }
 
     #[test]
+    fn proxy_log_and_timeout_flags() {
+        let c = parse(&[
+            "--trusted-proxy",
+            "10.0.0.0/8",
+            "--trusted-proxy=127.0.0.1",
+            "--client-ip-header",
+            "Forwarded",
+            "--request-log",
+            "50",
+            "--header-timeout",
+            "5s",
+            "--body-timeout",
+            "2s",
+        ])
+        .expect("parses");
+        let nets: Vec<String> = c.trusted_proxies.iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["10.0.0.0/8", "127.0.0.1/32"]);
+        assert_eq!(c.forwarded_header, ForwardedHeader::Forwarded);
+        assert_eq!(c.request_log, 50);
+        assert_eq!(c.header_read_timeout, Duration::from_secs(5));
+        assert_eq!(c.body_read_timeout, Duration::from_secs(2));
+        let prod = parse(&[]).expect("defaults");
+        assert_eq!(prod.request_log, 0, "prod keeps no requests log");
+        assert_eq!(prod.header_read_timeout, Duration::from_secs(30));
+        assert_eq!(prod.body_read_timeout, Duration::from_secs(30));
+        assert!(prod.trusted_proxies.is_empty());
+        assert!(parse(&["--mode", "test"]).expect("test").request_log > 0);
+    }
+
+    #[test]
     fn refusals() {
         for bad in [
             &["--key-ttl", "soon"][..],
@@ -175,8 +237,19 @@ mod tests {
             &["--port"],
             &["--mode", "staging"],
             &["--heartbeat", "40s"],
+            &[
+                "--ledger-max-rows",
+                "10",
+                "--ledger-max-rows-per-account",
+                "11",
+            ],
+            &["--ledger-table", "Robert'); DROP TABLE students;--"],
             &["--origin", "app.example"],
             &["--frobnicate", "1"],
+            &["--trusted-proxy", "proxy.internal"],
+            &["--client-ip-header", "x-real-ip"],
+            &["--request-log", "-1"],
+            &["--header-timeout", "0s"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

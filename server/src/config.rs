@@ -4,10 +4,12 @@
 //! (see [`Config::for_mode`]) so the browser suites reach "in progress" and "outcome
 //! unknown" within their own waits. Every bound can still be set by flag in every mode.
 
+use crate::client::ForwardedHeader;
+use ipnet::IpNet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::time::Duration;
-use sw_outbox_idempotency::{Settings, DEFAULT_LOCK_WAIT};
+use sw_outbox_idempotency::{Settings, TableName, DEFAULT_LOCK_WAIT};
 
 /// Which routes exist. `/__control/` is a remote switch for breaking the server, so it must
 /// never be reachable in `prod`.
@@ -54,6 +56,8 @@ pub struct Config {
     /// `Some(postgres://…)`: keep the idempotency ledger in that PostgreSQL database, so
     /// several server processes share it.
     pub ledger: Option<String>,
+    /// The PostgreSQL ledger's table (`--ledger-table`), created at start-up.
+    pub ledger_table: TableName,
     pub mode: Mode,
     /// The idempotency layer's bounds; the reference server also stores and replays `ETag`.
     pub idempotency: Settings,
@@ -73,8 +77,22 @@ pub struct Config {
     pub session_idle: Duration,
     /// A session is over this long after sign-in, used or not.
     pub session_max: Duration,
-    /// Failed sign-ins allowed per account name and per client address.
+    /// Failed sign-ins allowed per (account, client) in a window; per client and per
+    /// account, `limits::WIDE_FACTOR` times as many (see [`crate::limits::LoginThrottle`]).
     pub login_throttle: Rate,
+    /// Proxies whose forwarding header names the client (`--trusted-proxy`); from any
+    /// other peer the header is ignored.
+    pub trusted_proxies: Vec<IpNet>,
+    /// The header those proxies write (`--client-ip-header`).
+    pub forwarded_header: ForwardedHeader,
+    /// How many `/api/` requests the requests log keeps (the newest); 0 keeps none. Only
+    /// the control routes read it, so `prod` keeps none.
+    pub request_log: usize,
+    /// How long a connection may take to send a request's headers, and may sit idle
+    /// between requests (keep-alive), before it is closed.
+    pub header_read_timeout: Duration,
+    /// Longest pause while a request body arrives before the request fails (408).
+    pub body_read_timeout: Duration,
     /// Data writes allowed per session.
     pub write_budget: Rate,
     /// How often expired sessions and idle throttle entries are deleted.
@@ -87,20 +105,23 @@ impl Config {
     /// suites script those states and wait for them; `prod` and `demo` keep the design's
     /// 25 s / 250 ms / 30 s / 10 s.
     pub fn for_mode(mode: Mode) -> Config {
-        let mut idempotency = Settings::default();
-        idempotency.stored_headers.push(axum::http::header::ETAG);
+        let mut idempotency = Settings::builder().store_header(axum::http::header::ETAG);
         if mode == Mode::Test {
-            idempotency.in_progress_wait = Duration::from_secs(2);
-            idempotency.in_progress_poll = Duration::from_millis(50);
-            idempotency.heartbeat_every = Duration::from_millis(2500);
-            idempotency.stale_after = Duration::from_secs(10);
+            idempotency = idempotency
+                .in_progress_wait(Duration::from_secs(2))
+                .in_progress_poll(Duration::from_millis(50))
+                .heartbeat_every(Duration::from_millis(2500))
+                .stale_after(Duration::from_secs(10));
         }
+        // The defaults of both modes pass the settings' checks (a test below says so).
+        let idempotency = idempotency.build().unwrap_or_default();
         Config {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 8080,
             www: PathBuf::from("www"),
             db: "sw-outbox-server.sqlite".to_owned(),
             ledger: None,
+            ledger_table: TableName::default(),
             mode,
             idempotency,
             ledger_lock_wait: DEFAULT_LOCK_WAIT,
@@ -113,6 +134,18 @@ impl Config {
                 count: 5,
                 per: Duration::from_secs(60),
             },
+            trusted_proxies: Vec::new(),
+            forwarded_header: ForwardedHeader::default(),
+            request_log: match mode {
+                Mode::Prod => 0,
+                Mode::Demo => 1_000,
+                Mode::Test => 100_000,
+            },
+            // Test and demo browsers hold unused connections open for a while (Firefox up
+            // to 115 s): the server waits longer, so the browser is always the one that
+            // closes an idle connection and never races a request on it.
+            header_read_timeout: Duration::from_secs(if mode == Mode::Prod { 30 } else { 120 }),
+            body_read_timeout: Duration::from_secs(30),
             write_budget: Rate {
                 count: 600,
                 per: Duration::from_secs(60),
@@ -212,12 +245,13 @@ mod tests {
     fn test_mode_shortens_the_waits_only() {
         let test = Config::for_mode(Mode::Test).idempotency;
         let prod = Config::for_mode(Mode::Prod).idempotency;
-        assert_eq!(prod.in_progress_wait, Duration::from_secs(25));
-        assert_eq!(prod.stale_after, Duration::from_secs(30));
-        assert_eq!(test.in_progress_wait, Duration::from_secs(2));
-        assert_eq!(test.stale_after, Duration::from_secs(10));
-        assert_eq!(test.key_ttl, prod.key_ttl);
-        assert!(test.check().is_ok() && prod.check().is_ok());
-        assert!(prod.stored_headers.iter().any(|h| h == "etag"));
+        assert_eq!(prod.in_progress_wait(), Duration::from_secs(25));
+        assert_eq!(prod.stale_after(), Duration::from_secs(30));
+        assert_eq!(test.in_progress_wait(), Duration::from_secs(2));
+        assert_eq!(test.stale_after(), Duration::from_secs(10));
+        assert_eq!(test.key_ttl(), prod.key_ttl());
+        assert!(test.to_builder().build().is_ok() && prod.to_builder().build().is_ok());
+        assert!(prod.stored_headers().iter().any(|h| h == "etag"));
+        assert!(test.stored_headers().iter().any(|h| h == "etag"));
     }
 }

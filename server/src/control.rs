@@ -14,6 +14,7 @@ use axum::routing::{any, get, post};
 use axum::Router;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
 /// One `/api/` request as seen on arrival.
@@ -36,16 +37,35 @@ pub struct RequestEntry {
 struct Inner {
     network_down: bool,
     rules: Vec<Rule>,
-    requests: Vec<RequestEntry>,
+    /// The newest `log_limit` requests.
+    requests: VecDeque<RequestEntry>,
+    /// Entries dropped from the front to stay within the bound.
+    dropped: u64,
     next_seq: u64,
 }
 
-#[derive(Default)]
+/// The state the control routes drive. The requests log keeps at most `log_limit`
+/// entries (the newest): a server that runs for weeks must not grow without end, and
+/// with 0 (`prod`, where nothing can read it) nothing is logged.
 pub struct Control {
     inner: Mutex<Inner>,
+    log_limit: usize,
 }
 
 impl Control {
+    /// Keeps the newest `log_limit` requests (0: none).
+    pub fn new(log_limit: usize) -> Control {
+        Control {
+            inner: Mutex::new(Inner::default()),
+            log_limit,
+        }
+    }
+
+    /// How many requests the log holds now.
+    pub fn logged(&self) -> usize {
+        self.lock().requests.len()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -59,16 +79,27 @@ impl Control {
         faults::take(&mut self.lock().rules, method, path)
     }
 
-    /// Appends to the requests log; returns the entry's `seq`.
+    /// Appends to the requests log (dropping the oldest entry past the bound); returns
+    /// the entry's `seq`, 0 when nothing is logged.
     pub fn log_request(&self, mut entry: RequestEntry) -> u64 {
+        if self.log_limit == 0 {
+            return 0;
+        }
         let mut inner = self.lock();
         inner.next_seq += 1;
         entry.seq = inner.next_seq;
-        inner.requests.push(entry);
+        while inner.requests.len() >= self.log_limit {
+            inner.requests.pop_front();
+            inner.dropped += 1;
+        }
+        inner.requests.push_back(entry);
         inner.next_seq
     }
 
     pub fn set_status(&self, seq: u64, status: u16) {
+        if seq == 0 {
+            return;
+        }
         let mut inner = self.lock();
         if let Some(e) = inner.requests.iter_mut().rev().find(|e| e.seq == seq) {
             e.status = Some(status);
@@ -171,8 +202,14 @@ async fn applied(State(app): State<App>) -> Response {
 }
 
 async fn requests(State(app): State<App>) -> Response {
-    let requests = app.control.lock().requests.clone();
-    json_response(StatusCode::OK, json!({ "requests": requests }))
+    let (requests, dropped) = {
+        let inner = app.control.lock();
+        (inner.requests.clone(), inner.dropped)
+    };
+    json_response(
+        StatusCode::OK,
+        json!({ "requests": requests, "dropped": dropped }),
+    )
 }
 
 async fn reset(State(app): State<App>) -> Response {

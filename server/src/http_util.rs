@@ -1,5 +1,5 @@
 //! Small helpers shared by the route modules: JSON error bodies, header reading, the
-//! "drop this connection" marker, random tokens and the clock (the ledger's wall clock).
+//! "drop this connection" marker, random tokens and the wall clock.
 
 use crate::limits::retry_after_secs;
 use axum::body::{Body, Bytes};
@@ -7,8 +7,16 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use std::time::Duration;
-pub use sw_outbox_idempotency::now_ms;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Wall-clock milliseconds since the Unix epoch (sessions, throttles). The idempotency
+/// ledger keeps its own times.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
 
 /// Marker put in a response's extensions by the pipeline when the connection must be closed
 /// without any HTTP answer (network down, `refuse`, `drop-after-commit`). The connection loop
@@ -53,11 +61,28 @@ pub fn too_many(code: &str, wait: Duration) -> Response {
     resp
 }
 
-/// Reads a request body up to `max` bytes (bigger → 413 `body_too_large`).
+/// Reads a request body up to `max` bytes (bigger → 413 `body_too_large`; a body that
+/// paused past the connection's body timeout → 408 `body_timeout`).
 pub async fn read_body(body: Body, max: usize) -> Result<Bytes, Response> {
-    axum::body::to_bytes(body, max)
-        .await
-        .map_err(|_| detail(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"))
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        if caused_by_timeout(&e) {
+            detail(StatusCode::REQUEST_TIMEOUT, "body_timeout")
+        } else {
+            detail(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+        }
+    })
+}
+
+/// Whether a body error comes from [`crate::serve`]'s body read timeout.
+fn caused_by_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// 500 for a storage failure; the cause goes to stderr, not to the client.

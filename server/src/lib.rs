@@ -9,6 +9,7 @@
 //!
 //! Layout: [`config`] and [`cli`] (flags and their defaults), [`store`] (SQLite: demo
 //! data, sessions, the applied log), [`auth`] (sessions, CSRF, login throttle),
+//! [`client`] (who a request comes from, behind trusted proxies),
 //! [`security`] (the Origin check, https detection), [`limits`] (throttle and write budget
 //! counters), [`conditional`] (`If-Match`), [`routes`] (demo data), [`faults`] and
 //! [`control`] (test-only fault injection), [`static_files`], [`app`] (the router and the
@@ -23,6 +24,7 @@
 pub mod app;
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod conditional;
 pub mod config;
 pub mod control;

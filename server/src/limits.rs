@@ -70,6 +70,90 @@ impl Throttle {
     }
 }
 
+/// How many more failures the client-wide and the account-wide counts allow than the
+/// count of one client on one account.
+pub const WIDE_FACTOR: u32 = 4;
+
+/// Longest account name kept as a throttle key: a sign-in body may name anything.
+const MAX_ACCOUNT_KEY: usize = 256;
+
+/// Failed sign-ins, counted three ways so that no client can lock out the others:
+///
+/// - per (account, client): `rate.count` — one client guessing one account's password;
+/// - per client, any account: `WIDE_FACTOR` × that — one client trying many accounts;
+/// - per account, any client: `WIDE_FACTOR` × that — many clients guessing one account.
+///   Locking an account out for everyone so takes failures from `WIDE_FACTOR` clients,
+///   and each of them is held back first.
+///
+/// A successful sign-in clears only its own (account, client) count: an attacker who
+/// owns an account cannot reset its client count by signing in to it between guesses.
+pub struct LoginThrottle {
+    pair: Throttle,
+    client: Throttle,
+    account: Throttle,
+}
+
+impl LoginThrottle {
+    pub fn new(rate: Rate) -> LoginThrottle {
+        let wide = Rate {
+            count: rate.count.saturating_mul(WIDE_FACTOR),
+            per: rate.per,
+        };
+        LoginThrottle {
+            pair: Throttle::new(rate),
+            client: Throttle::new(wide),
+            account: Throttle::new(wide),
+        }
+    }
+
+    fn keys(account: &str, client: &str) -> (String, String) {
+        let account: String = account
+            .to_lowercase()
+            .chars()
+            .take(MAX_ACCOUNT_KEY)
+            .collect();
+        let pair = format!("{client} {account}");
+        (account, pair)
+    }
+
+    /// `Err(wait)` while any of the three counts is used up: the longest wait.
+    pub fn check(&self, account: &str, client: &str, now: Instant) -> Result<(), Duration> {
+        let (account, pair) = LoginThrottle::keys(account, client);
+        let waits = [
+            self.pair.check(&pair, now),
+            self.client.check(client, now),
+            self.account.check(&account, now),
+        ];
+        match waits.iter().filter_map(|w| w.err()).max() {
+            Some(wait) => Err(wait),
+            None => Ok(()),
+        }
+    }
+
+    pub fn fail(&self, account: &str, client: &str, now: Instant) {
+        let (account, pair) = LoginThrottle::keys(account, client);
+        self.pair.fail(&pair, now);
+        self.client.fail(client, now);
+        self.account.fail(&account, now);
+    }
+
+    pub fn succeed(&self, account: &str, client: &str) {
+        self.pair.clear(&LoginThrottle::keys(account, client).1);
+    }
+
+    pub fn reset(&self) {
+        self.pair.reset();
+        self.client.reset();
+        self.account.reset();
+    }
+
+    pub fn prune(&self, now: Instant) {
+        self.pair.prune(now);
+        self.client.prune(now);
+        self.account.prune(now);
+    }
+}
+
 /// A token bucket per key: `rate.count` tokens, refilled at `rate.count` per `rate.per`.
 pub struct Budget {
     rate: Rate,
@@ -167,6 +251,56 @@ mod tests {
         assert!(t.check("a", t0).is_ok());
         t.prune(t0 + Duration::from_secs(61));
         assert!(lock(&t.failures).is_empty());
+    }
+
+    #[test]
+    fn login_throttle_keeps_clients_apart() {
+        let t = LoginThrottle::new(rate(2, 60));
+        let t0 = Instant::now();
+        for _ in 0..2 {
+            t.fail("Alice", "203.0.113.1", t0);
+        }
+        assert!(
+            t.check("alice", "203.0.113.1", t0).is_err(),
+            "that client, that account"
+        );
+        assert!(
+            t.check("alice", "203.0.113.2", t0).is_ok(),
+            "another client, same account"
+        );
+        assert!(
+            t.check("bob", "203.0.113.1", t0).is_ok(),
+            "same client, another account"
+        );
+        // One client spraying accounts: held back at WIDE_FACTOR x the count.
+        for i in 0..(2 * WIDE_FACTOR - 2) {
+            t.fail(&format!("user{i}"), "203.0.113.1", t0);
+        }
+        assert!(t.check("carol", "203.0.113.1", t0).is_err(), "client-wide");
+        assert!(t.check("carol", "203.0.113.2", t0).is_ok());
+        // Many clients on one account: held back for everyone only at WIDE_FACTOR x.
+        for c in 0..(WIDE_FACTOR - 1) {
+            for _ in 0..2 {
+                t.fail("dave", &format!("198.51.100.{c}"), t0);
+            }
+        }
+        assert!(
+            t.check("dave", "192.0.2.1", t0).is_ok(),
+            "not yet account-wide"
+        );
+        t.fail("dave", "198.51.100.99", t0);
+        t.fail("dave", "198.51.100.99", t0);
+        assert!(t.check("dave", "192.0.2.1", t0).is_err(), "account-wide");
+        // Success clears that pair only.
+        t.succeed("alice", "203.0.113.1");
+        assert!(
+            t.check("alice", "203.0.113.1", t0).is_err(),
+            "still client-wide"
+        );
+        t.prune(t0 + Duration::from_secs(61));
+        assert!(t
+            .check("dave", "192.0.2.1", t0 + Duration::from_secs(61))
+            .is_ok());
     }
 
     #[test]

@@ -29,6 +29,15 @@ async fn stop_signal() {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // The idempotency layer reports through `tracing` (a ledger that failed, an answer that
+    // could not be stored): to stderr, warnings and errors unless RUST_LOG says otherwise.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
     let config = match parse_args(std::env::args().skip(1)) {
         Ok(c) => c,
         Err(e) => {

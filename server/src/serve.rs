@@ -1,6 +1,13 @@
 //! The connection loop. axum's own `serve` always answers; this one can also close a
 //! connection without a byte, which is how the network-down switch and the `refuse` /
 //! `drop-after-commit` faults look like real network failures to a browser.
+//!
+//! Slow clients are bounded: a connection that takes longer than `header_read_timeout`
+//! to send a request's headers, or sits idle that long between requests, is closed
+//! (hyper's header read timer, which starts when the connection opens and again after
+//! each answer); a request body that pauses longer than `body_read_timeout` fails the
+//! request (408). Without them, a client trickling bytes holds a connection, its task
+//! and a file descriptor for ever.
 
 use crate::app::{self, App};
 use crate::auth::ClientAddr;
@@ -10,13 +17,21 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinSet;
 use tower::ServiceExt;
+use tower_http::timeout::TimeoutBody;
+
+/// How long a connection may take over what (see the module documentation).
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub header_read: Duration,
+    pub body_read: Duration,
+}
 
 /// A server started by [`spawn`].
 pub struct RunningServer {
@@ -62,6 +77,10 @@ pub async fn spawn(config: Config) -> Result<RunningServer, String> {
     // would never see the network error the switch exists to produce. On a fresh
     // connection the browser reports the failure instead.
     let keep_alive = !config.mode.has_control();
+    let timeouts = Timeouts {
+        header_read: config.header_read_timeout,
+        body_read: config.body_read_timeout,
+    };
     let task = tokio::spawn(async move {
         serve(
             listener,
@@ -71,6 +90,7 @@ pub async fn spawn(config: Config) -> Result<RunningServer, String> {
             },
             grace,
             keep_alive,
+            timeouts,
         )
         .await;
         pruner.abort();
@@ -105,6 +125,7 @@ pub async fn serve(
     stop: impl std::future::Future<Output = ()>,
     grace: Duration,
     keep_alive: bool,
+    timeouts: Timeouts,
 ) {
     let (closing_tx, closing_rx) = watch::channel(false);
     let mut conns = JoinSet::new();
@@ -123,7 +144,7 @@ pub async fn serve(
                     }
                 };
                 let _ = stream.set_nodelay(true);
-                conns.spawn(connection(stream, peer, router.clone(), closing_rx.clone(), keep_alive));
+                conns.spawn(connection(stream, peer, router.clone(), closing_rx.clone(), keep_alive, timeouts));
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -143,9 +164,11 @@ async fn connection(
     router: Router,
     mut closing: watch::Receiver<bool>,
     keep_alive: bool,
+    timeouts: Timeouts,
 ) {
-    let service = service_fn(move |mut req: hyper::Request<Incoming>| {
+    let service = service_fn(move |req: hyper::Request<Incoming>| {
         let router = router.clone();
+        let mut req = req.map(|body| TimeoutBody::new(timeouts.body_read, body));
         req.extensions_mut().insert(ClientAddr(peer));
         async move {
             let resp = match router.oneshot(req).await {
@@ -162,6 +185,8 @@ async fn connection(
         }
     });
     let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header_read)
         .keep_alive(keep_alive)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);

@@ -2,7 +2,7 @@ mod common;
 
 use common::*;
 use std::time::{Duration, Instant};
-use sw_outbox_idempotency::{KeyRule, Settings};
+use sw_outbox_idempotency::KeyRule;
 use tokio::io::AsyncWriteExt;
 
 // Every case runs twice, as `sqlite::<case>` and `postgres::<case>`.
@@ -142,10 +142,7 @@ async fn invalid_keys_are_refused(backend: Backend) {
 
 /// `--strict-keys`: the earlier 22–64 `[A-Za-z0-9_-]` rule.
 async fn strict_keys_keep_the_old_rule(backend: Backend) {
-    let settings = Settings {
-        key_rule: KeyRule::Strict,
-        ..fast_settings()
-    };
+    let settings = fast().key_rule(KeyRule::Strict).build().expect("valid");
     let Some(srv) = start_on(backend, settings).await else {
         return;
     };
@@ -432,9 +429,11 @@ async fn cancelled_request_becomes_outcome_unknown_and_never_reruns(backend: Bac
 }
 
 async fn expired_entries_apply_again(backend: Backend) {
-    let mut t = fast_settings();
-    t.key_ttl = Duration::from_millis(700);
-    t.prune_every = Duration::from_millis(50);
+    let t = fast()
+        .key_ttl(Duration::from_millis(700))
+        .prune_every(Duration::from_millis(50))
+        .build()
+        .expect("valid");
     let Some(srv) = start_on(backend, t).await else {
         return;
     };
@@ -473,9 +472,13 @@ async fn expired_entries_apply_again(backend: Backend) {
 }
 
 async fn expired_but_unpruned_entry_is_replaced(backend: Backend) {
-    let mut t = fast_settings();
-    t.key_ttl = Duration::from_millis(300);
-    t.prune_every = Duration::from_secs(3600);
+    // (The window must outlast the stale bound: the settings refuse otherwise.)
+    let t = fast()
+        .stale_after(Duration::from_millis(250))
+        .key_ttl(Duration::from_millis(300))
+        .prune_every(Duration::from_secs(3600))
+        .build()
+        .expect("valid");
     // Never pruned: only `begin` sees the expiry.
     let Some(srv) = start_on(backend, t).await else {
         return;
@@ -504,5 +507,52 @@ async fn expired_but_unpruned_entry_is_replaced(backend: Backend) {
             .status,
         201
     );
+    srv.shutdown().await;
+}
+
+/// `--ledger` with a URL that asks for verified TLS (`sslmode=verify-full`, the test
+/// server's authority as `sslrootcert`), in a table of its own (`--ledger-table`): writes
+/// are claimed and replayed, and every connection the server keeps to the database is
+/// encrypted.
+#[tokio::test]
+async fn postgres_ledger_over_verified_tls_in_a_table_of_its_own() {
+    let Some(pg) = pg::server() else {
+        return;
+    };
+    let db = pg.fresh_database_name().await;
+    let mut config = test_config(fast_settings(), sw_outbox_server::Mode::Test);
+    config.ledger = Some(pg.tls_url(&db));
+    config.ledger_table = sw_outbox_idempotency::TableName::new("app_ledger").expect("name");
+    let srv = start_config(config).await;
+    let alice = Client::login(srv.addr, "alice").await;
+    let k = key("tls");
+    let first = alice.post("/api/notes", Some(&k), r#"{"text":"t"}"#).await;
+    assert_eq!(first.status, 201);
+    let again = alice.post("/api/notes", Some(&k), r#"{"text":"t"}"#).await;
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    assert_eq!(again.body, first.body);
+
+    let (client, conn) = tokio_postgres::connect(&pg.url(&db), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let task = tokio::spawn(conn);
+    let rows = client
+        .query(
+            "SELECT s.ssl FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+             WHERE a.datname = $1 AND a.pid <> pg_backend_pid()",
+            &[&db],
+        )
+        .await
+        .expect("pg_stat_ssl");
+    let ssl: Vec<bool> = rows.iter().map(|r| r.get(0)).collect();
+    assert!(!ssl.is_empty() && ssl.iter().all(|&s| s), "{ssl:?}");
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM app_ledger", &[])
+        .await
+        .expect("the server's table")
+        .get(0);
+    assert_eq!(n, 1);
+    drop(client);
+    let _ = task.await;
     srv.shutdown().await;
 }

@@ -6,6 +6,8 @@ mod common;
 
 use common::*;
 use std::time::{Duration, Instant};
+use sw_outbox_server::client::{parse_net, ForwardedHeader};
+use sw_outbox_server::limits::WIDE_FACTOR;
 use sw_outbox_server::{Config, Mode, Rate};
 
 fn config(tweak: impl FnOnce(&mut Config)) -> Config {
@@ -128,10 +130,139 @@ async fn failed_logins_are_throttled_with_retry_after() {
         .and_then(|v| v.parse().ok())
         .expect("Retry-After seconds");
     assert!((1..=2).contains(&wait), "{wait}");
-    // Counted per client address too: the same client trying another account waits.
-    assert_eq!(login_raw(srv.addr, "bob", "bob", &[]).await.status, 429);
+    // Counted per (account, client): the same client may still sign in to another
+    // account (its client-wide bound is WIDE_FACTOR times higher).
+    assert_eq!(login_raw(srv.addr, "bob", "bob", &[]).await.status, 200);
     tokio::time::sleep(Duration::from_millis(1600)).await;
     assert_eq!(login_raw(srv.addr, "alice", "alice", &[]).await.status, 200);
+    srv.shutdown().await;
+}
+
+/// A server behind a proxy on loopback (the tests' own address), throttling at `count`
+/// failures per (account, client) in a minute.
+async fn behind_proxy(count: u32, header: ForwardedHeader) -> sw_outbox_server::RunningServer {
+    start_config(config(|c| {
+        c.login_throttle = Rate {
+            count,
+            per: Duration::from_secs(60),
+        };
+        c.trusted_proxies = vec![parse_net("127.0.0.0/8").expect("net")];
+        c.forwarded_header = header;
+    }))
+    .await
+}
+
+/// What the proxy adds for a client at `ip`, in the configured header.
+fn via(header: ForwardedHeader, ip: &str) -> (&'static str, String) {
+    match header {
+        ForwardedHeader::XForwardedFor => ("X-Forwarded-For", ip.to_owned()),
+        ForwardedHeader::Forwarded => ("Forwarded", format!("for={ip};proto=https")),
+    }
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_bad_attempts_lock_out_their_own_client_only() {
+    for header in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded] {
+        let srv = behind_proxy(3, header).await;
+        let (name, attacker) = via(header, "203.0.113.66");
+        let from_attacker = [(name, attacker.as_str())];
+        for _ in 0..3 {
+            let r = login_raw(srv.addr, "alice", "guess", &from_attacker).await;
+            assert_eq!(r.status, 401, "{header:?}");
+        }
+        let r = login_raw(srv.addr, "alice", "alice", &from_attacker).await;
+        assert_eq!(
+            (r.status, r.detail().as_str()),
+            (429, "too_many_login_attempts"),
+            "{header:?}: the guessing client is held back"
+        );
+        // Everyone else behind the same proxy (one peer address) signs in as usual, to
+        // the attacked account too.
+        let (name, other) = via(header, "198.51.100.7");
+        let from_other = [(name, other.as_str())];
+        for user in ["alice", "bob"] {
+            let r = login_raw(srv.addr, user, user, &from_other).await;
+            assert_eq!(r.status, 200, "{header:?}: {user} from another client");
+        }
+        srv.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn forwarding_headers_from_untrusted_peers_are_ignored() {
+    // The proxy is elsewhere: a client on loopback that names a fresh address in every
+    // attempt is still one client.
+    let srv = start_config(config(|c| {
+        c.login_throttle = Rate {
+            count: 3,
+            per: Duration::from_secs(60),
+        };
+        c.trusted_proxies = vec![parse_net("10.0.0.0/8").expect("net")];
+    }))
+    .await;
+    for i in 0..3 {
+        let forged = format!("192.0.2.{i}");
+        let r = login_raw(srv.addr, "alice", "guess", &[("X-Forwarded-For", &forged)]).await;
+        assert_eq!(r.status, 401);
+    }
+    let r = login_raw(
+        srv.addr,
+        "alice",
+        "alice",
+        &[("X-Forwarded-For", "192.0.2.99")],
+    )
+    .await;
+    assert_eq!(r.status, 429);
+    srv.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_account_is_locked_for_everyone_only_by_many_clients() {
+    let header = ForwardedHeader::XForwardedFor;
+    let srv = behind_proxy(2, header).await;
+    let fail_from = |i: u32| {
+        let addr = srv.addr;
+        async move {
+            let ip = format!("203.0.113.{i}");
+            for _ in 0..2 {
+                let r = login_raw(addr, "alice", "guess", &[("X-Forwarded-For", &ip)]).await;
+                assert_eq!(r.status, 401, "client {i}");
+            }
+        }
+    };
+    for i in 0..WIDE_FACTOR - 1 {
+        fail_from(i).await;
+    }
+    let fresh = [("X-Forwarded-For", "198.51.100.1")];
+    assert_eq!(
+        login_raw(srv.addr, "alice", "alice", &fresh).await.status,
+        200,
+        "failures from {} clients do not lock alice out",
+        WIDE_FACTOR - 1
+    );
+    fail_from(WIDE_FACTOR - 1).await;
+    let r = login_raw(
+        srv.addr,
+        "alice",
+        "alice",
+        &[("X-Forwarded-For", "198.51.100.2")],
+    )
+    .await;
+    assert_eq!(r.status, 429, "failures from {WIDE_FACTOR} clients do");
+    assert_eq!(login_raw(srv.addr, "bob", "bob", &fresh).await.status, 200);
+    // One client spraying accounts is held back at the client-wide bound.
+    let sprayer = [("X-Forwarded-For", "192.0.2.200")];
+    for i in 0..2 * WIDE_FACTOR {
+        let user = format!("user{i}");
+        assert_eq!(
+            login_raw(srv.addr, &user, "guess", &sprayer).await.status,
+            401
+        );
+    }
+    assert_eq!(
+        login_raw(srv.addr, "bob", "bob", &sprayer).await.status,
+        429
+    );
     srv.shutdown().await;
 }
 

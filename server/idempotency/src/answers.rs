@@ -1,10 +1,11 @@
 //! The answers the layer gives itself, and replays of stored answers.
 
+use crate::body::IdempotencyBody;
 use crate::ledger::StoredAnswer;
-use axum_core::body::Body;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderName, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// Set on every answer that comes from the ledger instead of the route.
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -12,52 +13,63 @@ pub const REPLAYED_HEADER: &str = "idempotent-replayed";
 /// The `detail` codes of the layer's own answers. The outbox reads 409 and 422 answers by
 /// this field, so they are stable identifiers, not prose.
 pub mod detail {
+    /// 400: the key breaks the [`KeyRule`](crate::KeyRule), or two keys were sent.
     pub const KEY_INVALID: &str = "idempotency_key_invalid";
+    /// 422: the key was used for another request.
     pub const KEY_REUSED: &str = "idempotency_key_reused";
+    /// 409: the first attempt is still running.
     pub const IN_PROGRESS: &str = "idempotency_in_progress";
+    /// 409: the first attempt stopped heartbeating; nobody knows whether it applied.
     pub const OUTCOME_UNKNOWN: &str = "idempotency_outcome_unknown";
+    /// 409 with `status`: the write happened, its answer was not stored.
     pub const REPLAY_UNAVAILABLE: &str = "idempotency_replay_unavailable";
+    /// 503: the ledger's lock or connection was not had in time.
     pub const LEDGER_BUSY: &str = "idempotency_ledger_busy";
+    /// 503: the ledger holds its bound of unexpired entries.
     pub const LEDGER_FULL: &str = "idempotency_ledger_full";
+    /// 500: the ledger failed.
     pub const LEDGER_ERROR: &str = "idempotency_ledger_error";
+    /// 400: the request body broke off while the layer read it.
     pub const BODY_UNREADABLE: &str = "request_body_unreadable";
 }
 
-pub(crate) fn json(status: StatusCode, body: Value) -> Response<Body> {
-    let mut resp = Response::new(Body::from(body.to_string()));
+pub(crate) fn json<B>(status: StatusCode, body: Value) -> Response<IdempotencyBody<B>> {
+    let mut resp = Response::new(IdempotencyBody::full(body.to_string()));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     resp
 }
 
-pub(crate) fn detail(status: StatusCode, code: &str) -> Response<Body> {
+pub(crate) fn detail<B>(status: StatusCode, code: &str) -> Response<IdempotencyBody<B>> {
     json(status, json!({ "detail": code }))
 }
 
-/// 503 with `Retry-After: 1`: the ledger could not take the request now, and will soon.
-pub(crate) fn retry_soon(code: &str) -> Response<Body> {
+/// 503 with `Retry-After` in whole seconds (rounded up, at least 1): the ledger could not
+/// take the request now, and will then.
+pub(crate) fn retry_later<B>(code: &str, after: Duration) -> Response<IdempotencyBody<B>> {
     let mut resp = detail(StatusCode::SERVICE_UNAVAILABLE, code);
+    let secs = after.as_secs() + u64::from(after.subsec_nanos() > 0);
     resp.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
     resp
 }
 
 /// What a route that panicked is stored as (and what a later copy of it gets).
 pub(crate) fn internal_error_answer() -> StoredAnswer {
-    StoredAnswer {
-        status: 500,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: Some(br#"{"detail":"Internal Server Error"}"#.to_vec()),
-    }
+    StoredAnswer::new(
+        500,
+        vec![("content-type".into(), "application/json".into())],
+        br#"{"detail":"Internal Server Error"}"#.to_vec(),
+    )
 }
 
 /// A stored answer as sent on a replay (`replayed`) or as the first answer.
-pub(crate) fn from_stored(answer: StoredAnswer, replayed: bool) -> Response<Body> {
+pub(crate) fn from_stored<B>(answer: StoredAnswer, replayed: bool) -> Response<IdempotencyBody<B>> {
     let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = match answer.body {
         Some(body) => {
-            let mut resp = Response::new(Body::from(body));
+            let mut resp = Response::new(IdempotencyBody::full(body));
             *resp.status_mut() = status;
             for (name, value) in &answer.headers {
                 if let (Ok(n), Ok(v)) = (
@@ -81,4 +93,23 @@ pub(crate) fn from_stored(answer: StoredAnswer, replayed: bool) -> Response<Body
             .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     }
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_whole_seconds_rounded_up() {
+        let r = |d| {
+            retry_later::<()>(detail::LEDGER_FULL, d).headers()[RETRY_AFTER]
+                .to_str()
+                .unwrap()
+                .to_owned()
+        };
+        assert_eq!(r(Duration::from_millis(1)), "1");
+        assert_eq!(r(Duration::ZERO), "1");
+        assert_eq!(r(Duration::from_millis(90_001)), "91");
+        assert_eq!(r(Duration::from_secs(86_400)), "86400");
+    }
 }

@@ -1,4 +1,4 @@
-//! [`IdempotencyLayer`]: the ledger protocol around any axum (tower) service.
+//! [`IdempotencyLayer`]: the ledger protocol around any tower HTTP service.
 //!
 //! For a write (POST, PUT, PATCH, DELETE) with an `Idempotency-Key` from a known account:
 //!
@@ -12,39 +12,40 @@
 //! 4. while the route runs, the claim's heartbeat is refreshed inside the request's own
 //!    future: a request cancelled (the client went away) or a process that died stops
 //!    heartbeating, and its claim goes stale;
-//! 5. the answer (any status) is stored and the claim completed; a route that panics is
-//!    stored as 500 `{"detail":"Internal Server Error"}` and the panic goes on.
+//! 5. the answer (any status) is stored and the claim completed. An answer body with a
+//!    known length within `max_stored_answer` is read and stored whole; one that is
+//!    streamed (no exact length, or `text/event-stream`) or larger is passed on as it
+//!    comes, its first byte not held back, and stored as its status only; a route that
+//!    panics is stored as 500 `{"detail":"Internal Server Error"}` and the panic goes on.
 //!
 //! A retry with the same key and fingerprint then gets the stored answer with
-//! `Idempotent-Replayed: true`; while the first attempt runs it waits (polling) up to
+//! `Idempotent-Replayed: true` (409 `idempotency_replay_unavailable` with the status, for
+//! an answer stored as its status); while the first attempt runs it waits (polling) up to
 //! `in_progress_wait` and then gets 409 `idempotency_in_progress`; once the first attempt's
-//! heartbeat is older than `stale_after` it gets 409 `idempotency_outcome_unknown`, for good
-//! (nobody can know whether the write happened, so nobody may guess). Another request under
-//! the same key gets 422 `idempotency_key_reused`.
+//! heartbeat is older than `stale_after` (by the ledger's clock) it gets 409
+//! `idempotency_outcome_unknown`, for good (nobody can know whether the write happened, so
+//! nobody may guess). Another request under the same key gets 422 `idempotency_key_reused`.
 
 use crate::answers::{self, detail};
-use crate::body::{content_length, read_capped, Capped};
+use crate::body::{content_length, read_capped, BoxError, Capped, IdempotencyBody};
 use crate::ledger::{Begin, ClaimRequest, ClaimToken, Fingerprint, Ledger, Scope, StoredAnswer};
 use crate::settings::Settings;
-use axum_core::body::Body;
-use bytes::Bytes;
 use futures_util::FutureExt;
+use http::header::CONTENT_TYPE;
 use http::request::Parts;
-use http::{Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body::Body;
 use sha2::{Digest, Sha256};
 use std::convert::Infallible;
+use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 use tower_layer::Layer;
 use tower_service::Service;
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The request header that carries the key.
 pub const KEY_HEADER: &str = "idempotency-key";
@@ -56,6 +57,7 @@ pub const KEY_HEADER: &str = "idempotency-key";
 /// Any `Fn(&Parts) -> Option<String>` is one, e.g. a closure reading the user your
 /// authentication middleware put in the request's extensions.
 pub trait AccountOf: Send + Sync + 'static {
+    /// The account `request` acts for, if any.
     fn account_of(&self, request: &Parts) -> Option<String>;
 }
 
@@ -74,7 +76,16 @@ pub struct IdempotencyLayer {
     ledger: Arc<dyn Ledger>,
     account: Arc<dyn AccountOf>,
     settings: Arc<Settings>,
-    last_prune_ms: Arc<AtomicI64>,
+    last_prune: Arc<Mutex<Option<Instant>>>,
+}
+
+impl fmt::Debug for IdempotencyLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IdempotencyLayer")
+            .field("ledger", &self.ledger)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
 }
 
 impl IdempotencyLayer {
@@ -85,20 +96,22 @@ impl IdempotencyLayer {
             ledger,
             account: Arc::new(account),
             settings: Arc::new(Settings::default()),
-            last_prune_ms: Arc::new(AtomicI64::new(0)),
+            last_prune: Arc::new(Mutex::new(None)),
         }
     }
 
-    /// The same layer with other settings.
+    /// The same layer with other settings (checked when they were built).
     pub fn with_settings(mut self, settings: Settings) -> IdempotencyLayer {
         self.settings = Arc::new(settings);
         self
     }
 
+    /// The ledger the layer claims keys in.
     pub fn ledger(&self) -> &Arc<dyn Ledger> {
         &self.ledger
     }
 
+    /// The layer's bounds.
     pub fn settings(&self) -> &Settings {
         &self.settings
     }
@@ -115,30 +128,40 @@ impl<S> Layer<S> for IdempotencyLayer {
     }
 }
 
-/// The service the layer wraps around a route (or a whole router).
-#[derive(Clone)]
+/// The service the layer wraps around a route (or a whole router). It takes requests with
+/// any body type `ReqB` and hands the route `Request<IdempotencyBody<ReqB>>`; the route
+/// may answer with any body type `ResB`, and the client gets
+/// `Response<IdempotencyBody<ResB>>`.
+#[derive(Clone, Debug)]
 pub struct Idempotency<S> {
     inner: S,
     layer: IdempotencyLayer,
 }
 
-impl<S, ResB> Service<Request<Body>> for Idempotency<S>
+/// What the layer's future resolves to.
+pub type IdempotencyFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, ReqB, ResB> Service<Request<ReqB>> for Idempotency<S>
 where
-    S: Service<Request<Body>, Response = Response<ResB>> + Clone + Send + 'static,
+    S: Service<Request<IdempotencyBody<ReqB>>, Response = Response<ResB>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqB: Body + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ReqB::Data: Send,
+    ResB: Body + Send + 'static,
     ResB::Error: Into<BoxError>,
+    ResB::Data: Send,
 {
-    type Response = Response<Body>;
+    type Response = Response<IdempotencyBody<ResB>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, S::Error>> + Send>>;
+    type Future = IdempotencyFuture<Self::Response, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         // The clone that was polled ready serves this request; a fresh clone stays.
         let fresh = self.inner.clone();
         let inner = std::mem::replace(&mut self.inner, fresh);
@@ -153,13 +176,14 @@ fn is_write(method: &Method) -> bool {
     )
 }
 
-async fn pass<S, ResB>(mut inner: S, req: Request<Body>) -> Result<Response<Body>, S::Error>
+async fn pass<S, ReqB, ResB>(
+    mut inner: S,
+    req: Request<IdempotencyBody<ReqB>>,
+) -> Result<Response<IdempotencyBody<ResB>>, S::Error>
 where
-    S: Service<Request<Body>, Response = Response<ResB>>,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
-    ResB::Error: Into<BoxError>,
+    S: Service<Request<IdempotencyBody<ReqB>>, Response = Response<ResB>>,
 {
-    Ok(inner.call(req).await?.map(Body::new))
+    Ok(inner.call(req).await?.map(IdempotencyBody::new))
 }
 
 enum KeyOf {
@@ -177,29 +201,37 @@ fn key_of(parts: &Parts, settings: &Settings) -> KeyOf {
         return KeyOf::Invalid;
     }
     match value.to_str() {
-        Ok(k) if settings.key_rule.accepts(k) => KeyOf::Valid(k.to_owned()),
+        Ok(k) if settings.key_rule().accepts(k) => KeyOf::Valid(k.to_owned()),
         _ => KeyOf::Invalid,
     }
 }
 
-async fn handle<S, ResB>(
+async fn handle<S, ReqB, ResB>(
     layer: IdempotencyLayer,
     inner: S,
-    req: Request<Body>,
-) -> Result<Response<Body>, S::Error>
+    req: Request<ReqB>,
+) -> Result<Response<IdempotencyBody<ResB>>, S::Error>
 where
-    S: Service<Request<Body>, Response = Response<ResB>> + Send + 'static,
+    S: Service<Request<IdempotencyBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    ResB: http_body::Body<Data = Bytes> + Send + 'static,
+    ReqB: Body + Send + 'static,
+    ReqB::Error: Into<BoxError>,
+    ReqB::Data: Send,
+    ResB: Body + Send + 'static,
     ResB::Error: Into<BoxError>,
+    ResB::Data: Send,
 {
     if !is_write(req.method()) || !req.headers().contains_key(KEY_HEADER) {
-        return pass(inner, req).await;
+        return pass(inner, req.map(IdempotencyBody::new)).await;
     }
     let (parts, body) = req.into_parts();
     let Some(account) = layer.account.account_of(&parts) else {
-        return pass(inner, Request::from_parts(parts, body)).await;
+        return pass(
+            inner,
+            Request::from_parts(parts, IdempotencyBody::new(body)),
+        )
+        .await;
     };
     let key = match key_of(&parts, &layer.settings) {
         KeyOf::Valid(k) => k,
@@ -209,78 +241,94 @@ where
                 detail::KEY_INVALID,
             ))
         }
-        KeyOf::Absent => return pass(inner, Request::from_parts(parts, body)).await,
+        KeyOf::Absent => {
+            return pass(
+                inner,
+                Request::from_parts(parts, IdempotencyBody::new(body)),
+            )
+            .await
+        }
     };
-    let cap = layer.settings.max_request_body;
+    let cap = layer.settings.max_request_body();
     if content_length(&parts.headers).is_some_and(|n| n > cap as u64) {
-        return pass(inner, Request::from_parts(parts, body)).await;
+        return pass(
+            inner,
+            Request::from_parts(parts, IdempotencyBody::new(body)),
+        )
+        .await;
     }
-    let bytes = match read_capped(body, cap).await {
-        Ok(Capped::Whole(b)) => b,
+    let (bytes, trailers) = match read_capped(Box::pin(body), cap).await {
+        Ok(Capped::Whole { data, trailers }) => (data, trailers),
         Ok(Capped::Over(body)) => return pass(inner, Request::from_parts(parts, body)).await,
-        Err(_) => {
+        Err(e) => {
+            tracing::debug!(error = %e, "sw-outbox-idempotency: a request body broke off");
             return Ok(answers::detail(
                 StatusCode::BAD_REQUEST,
                 detail::BODY_UNREADABLE,
-            ))
+            ));
         }
     };
     layer.maybe_prune();
-    let scope = Scope { account, key };
-    let fp = Fingerprint {
-        method: parts.method.as_str().to_owned(),
-        path: parts
+    let fp = Fingerprint::new(
+        parts.method.as_str(),
+        parts
             .uri
             .path_and_query()
             .map(|p| p.as_str().to_owned())
             .unwrap_or_else(|| parts.uri.path().to_owned()),
-        body_sha256: Sha256::digest(&bytes).into(),
-    };
+        Sha256::digest(&bytes).into(),
+    );
     let token = match random_token() {
         Ok(t) => ClaimToken(t),
         Err(e) => {
-            eprintln!("sw-outbox-idempotency: no random claim token: {e}");
+            tracing::error!(error = %e, "sw-outbox-idempotency: no random claim token");
             return Ok(answers::detail(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 detail::LEDGER_ERROR,
             ));
         }
     };
-    if let Some(answer) = layer.claim(&scope, &fp, &token).await {
+    let s = &layer.settings;
+    let claim = ClaimRequest::new(Scope::new(account, key), fp, token)
+        .with_key_ttl(s.key_ttl())
+        .with_max_rows(s.max_rows(), s.max_rows_per_account());
+    if let Some(answer) = layer.claim(&claim).await {
         return Ok(answer);
     }
-    layer
-        .run_claimed(
-            scope,
-            token,
-            inner,
-            Request::from_parts(parts, Body::from(bytes)),
-        )
-        .await
+    let req = Request::from_parts(parts, IdempotencyBody::held(bytes, trailers));
+    layer.run_claimed(claim, inner, req).await
+}
+
+/// What became of a claimed route's answer body.
+enum Read<B> {
+    /// Streamed or too large to store: handed on as it comes.
+    Passed(Pin<Box<B>>),
+    /// Read up to the bound.
+    Capped(Result<Capped<B>, BoxError>),
+}
+
+/// Whether an answer is passed on unbuffered (and stored as its status only): an event
+/// stream, a body of no exact length (a stream), or one longer than the bound.
+fn is_streamed(headers: &HeaderMap, exact_len: Option<u64>, cap: usize) -> bool {
+    let event_stream = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        });
+    event_stream || exact_len.is_none_or(|n| n > cap as u64)
 }
 
 impl IdempotencyLayer {
     /// Claims the key; `Some(answer)` when the route must not run (a replay, a wait that ran
     /// out, a refusal).
-    async fn claim(
-        &self,
-        scope: &Scope,
-        fp: &Fingerprint,
-        token: &ClaimToken,
-    ) -> Option<Response<Body>> {
+    async fn claim<B>(&self, claim: &ClaimRequest) -> Option<Response<IdempotencyBody<B>>> {
         let s = &*self.settings;
-        let wait_until = Instant::now() + s.in_progress_wait;
+        let wait_until = tokio::time::Instant::now() + s.in_progress_wait();
         loop {
-            let now = now_ms();
-            let claim = ClaimRequest {
-                scope,
-                fingerprint: fp,
-                token,
-                now_ms: now,
-                expired_before_ms: now.saturating_sub(ms(s.key_ttl)),
-                max_rows: s.max_rows,
-            };
-            let running_since = match self.ledger.begin(claim).await {
+            let since_heartbeat = match self.ledger.begin(claim).await {
                 Ok(Begin::Claimed) => return None,
                 Ok(Begin::Completed(answer)) => return Some(answers::from_stored(answer, true)),
                 Ok(Begin::Reused) => {
@@ -289,105 +337,136 @@ impl IdempotencyLayer {
                         detail::KEY_REUSED,
                     ))
                 }
-                Ok(Begin::Full) => return Some(answers::retry_soon(detail::LEDGER_FULL)),
-                Ok(Begin::Running { heartbeat_ms }) => heartbeat_ms,
-                Err(e) if e.is_busy() => return Some(answers::retry_soon(detail::LEDGER_BUSY)),
+                Ok(Begin::Full { retry_after }) => {
+                    return Some(answers::retry_later(detail::LEDGER_FULL, retry_after))
+                }
+                Ok(Begin::Running { since_heartbeat }) => since_heartbeat,
+                Err(e) if e.is_busy() => {
+                    return Some(answers::retry_later(
+                        detail::LEDGER_BUSY,
+                        Duration::from_secs(1),
+                    ))
+                }
                 Err(e) => {
-                    eprintln!("sw-outbox-idempotency: claiming a key failed: {e}");
+                    tracing::error!(error = %e, "sw-outbox-idempotency: claiming a key failed");
                     return Some(answers::detail(
                         StatusCode::INTERNAL_SERVER_ERROR,
                         detail::LEDGER_ERROR,
                     ));
                 }
             };
-            if now_ms().saturating_sub(running_since) > ms(s.stale_after) {
+            if since_heartbeat > s.stale_after() {
                 return Some(answers::detail(
                     StatusCode::CONFLICT,
                     detail::OUTCOME_UNKNOWN,
                 ));
             }
-            let left = wait_until.saturating_duration_since(Instant::now());
+            let left = wait_until.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
                 return Some(answers::detail(StatusCode::CONFLICT, detail::IN_PROGRESS));
             }
-            tokio::time::sleep(left.min(s.in_progress_poll.max(Duration::from_millis(1)))).await;
+            tokio::time::sleep(left.min(s.in_progress_poll())).await;
         }
     }
 
     /// Runs the route under a claimed key, heartbeating, and stores what it answered.
-    async fn run_claimed<S, ResB>(
+    async fn run_claimed<S, ReqB, ResB>(
         &self,
-        scope: Scope,
-        token: ClaimToken,
+        claim: ClaimRequest,
         mut inner: S,
-        req: Request<Body>,
-    ) -> Result<Response<Body>, S::Error>
+        req: Request<IdempotencyBody<ReqB>>,
+    ) -> Result<Response<IdempotencyBody<ResB>>, S::Error>
     where
-        S: Service<Request<Body>, Response = Response<ResB>> + Send + 'static,
+        S: Service<Request<IdempotencyBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
         S::Future: Send + 'static,
         S::Error: Send + 'static,
-        ResB: http_body::Body<Data = Bytes> + Send + 'static,
+        ReqB: Send + 'static,
+        ResB: Body + Send + 'static,
         ResB::Error: Into<BoxError>,
+        ResB::Data: Send,
     {
-        let cap = self.settings.max_stored_answer;
-        // Reading the answer is part of the work: a route may stream its body slowly, and
-        // the claim must stay alive until the answer is stored.
+        let cap = self.settings.max_stored_answer();
+        // Reading a stored answer is part of the work (its body may come slowly): the claim
+        // stays alive until the answer is stored. A streamed answer is not read here.
         let work = AssertUnwindSafe(async move {
             let resp = inner.call(req).await?;
             let (parts, body) = resp.into_parts();
-            let read = read_capped(Body::new(body), cap).await;
+            let body = Box::pin(body);
+            let read = if is_streamed(&parts.headers, body.size_hint().exact(), cap) {
+                Read::Passed(body)
+            } else {
+                Read::Capped(read_capped(body, cap).await)
+            };
             Ok::<_, S::Error>((parts, read))
         })
         .catch_unwind();
-        let every = self.settings.heartbeat_every.max(Duration::from_millis(1));
+        let (scope, token) = (&claim.scope, &claim.token);
         let outcome = tokio::select! {
             outcome = work => outcome,
-            never = heartbeat(self.ledger.as_ref(), &scope, &token, every) => match never {},
+            never = heartbeat(self.ledger.as_ref(), scope, token, self.settings.heartbeat_every()) => match never {},
         };
         match outcome {
             Err(panic) => {
-                self.complete(&scope, &token, &answers::internal_error_answer())
+                self.complete(scope, token, &answers::internal_error_answer())
                     .await;
                 std::panic::resume_unwind(panic)
             }
             Ok(Err(e)) => {
                 // The service failed without an answer; it may have done part of the work.
-                self.complete(&scope, &token, &answers::internal_error_answer())
+                self.complete(scope, token, &answers::internal_error_answer())
                     .await;
                 Err(e)
             }
-            Ok(Ok((parts, Ok(Capped::Whole(bytes))))) => {
-                let answer = StoredAnswer {
-                    status: parts.status.as_u16(),
-                    headers: self.stored_headers(&parts.headers),
-                    body: Some(bytes.to_vec()),
-                };
-                self.complete(&scope, &token, &answer).await;
-                Ok(Response::from_parts(parts, Body::from(bytes)))
+            Ok(Ok((parts, Read::Capped(Ok(Capped::Whole { data, trailers }))))) => {
+                let answer = StoredAnswer::new(
+                    parts.status.as_u16(),
+                    self.stored_headers(&parts.headers),
+                    data.to_vec(),
+                );
+                self.complete(scope, token, &answer).await;
+                Ok(Response::from_parts(
+                    parts,
+                    IdempotencyBody::held(data, trailers),
+                ))
             }
-            Ok(Ok((parts, Ok(Capped::Over(body))))) => {
-                let answer = StoredAnswer {
-                    status: parts.status.as_u16(),
-                    headers: self.stored_headers(&parts.headers),
-                    body: None,
-                };
-                self.complete(&scope, &token, &answer).await;
+            Ok(Ok((parts, Read::Capped(Ok(Capped::Over(body)))))) => {
+                self.complete_status_only(scope, token, &parts).await;
                 Ok(Response::from_parts(parts, body))
             }
-            Ok(Ok((_, Err(e)))) => {
+            Ok(Ok((parts, Read::Passed(body)))) => {
+                // The route has answered (its status is decided): stored now, and the body
+                // goes to the client as it comes.
+                self.complete_status_only(scope, token, &parts).await;
+                Ok(Response::from_parts(
+                    parts,
+                    IdempotencyBody::pinned(Default::default(), body),
+                ))
+            }
+            Ok(Ok((_, Read::Capped(Err(e))))) => {
                 // The route ran but its answer broke off: a 500 is stored so that retries do
                 // not run it again.
-                eprintln!("sw-outbox-idempotency: reading a route's answer failed: {e}");
+                tracing::error!(error = %e, "sw-outbox-idempotency: reading a route's answer failed");
                 let answer = answers::internal_error_answer();
-                self.complete(&scope, &token, &answer).await;
+                self.complete(scope, token, &answer).await;
                 Ok(answers::from_stored(answer, false))
             }
         }
     }
 
-    fn stored_headers(&self, headers: &http::HeaderMap) -> Vec<(String, String)> {
+    async fn complete_status_only(
+        &self,
+        scope: &Scope,
+        token: &ClaimToken,
+        parts: &http::response::Parts,
+    ) {
+        let answer =
+            StoredAnswer::status_only(parts.status.as_u16(), self.stored_headers(&parts.headers));
+        self.complete(scope, token, &answer).await;
+    }
+
+    fn stored_headers(&self, headers: &HeaderMap) -> Vec<(String, String)> {
         let mut out = Vec::new();
-        for name in &self.settings.stored_headers {
+        for name in self.settings.stored_headers() {
             for value in headers.get_all(name) {
                 if let Ok(v) = value.to_str() {
                     out.push((name.as_str().to_owned(), v.to_owned()));
@@ -407,32 +486,35 @@ impl IdempotencyLayer {
                 Ok(()) => return,
                 Err(e) if e.is_busy() && attempt < ATTEMPTS => {}
                 Err(e) => {
-                    eprintln!("sw-outbox-idempotency: storing an answer failed: {e}");
+                    tracing::error!(error = %e, "sw-outbox-idempotency: storing an answer failed");
                     return;
                 }
             }
         }
     }
 
-    /// Deletes expired entries in a task of its own, at most once per `prune_every`.
+    /// Deletes expired entries in a task of its own, at most once per `prune_every` (timed
+    /// by this process's monotonic clock: only the pace, never what expired).
     fn maybe_prune(&self) {
-        let now = now_ms();
-        let last = self.last_prune_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < ms(self.settings.prune_every) {
-            return;
-        }
-        if self
-            .last_prune_ms
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
         {
-            return; // another request took this turn
+            let mut last = self.last_prune.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            if last.is_some_and(|t| now.duration_since(t) < self.settings.prune_every()) {
+                return;
+            }
+            *last = Some(now);
         }
         let ledger = self.ledger.clone();
-        let cutoff = now.saturating_sub(ms(self.settings.key_ttl));
+        let key_ttl = self.settings.key_ttl();
         tokio::spawn(async move {
-            if let Err(e) = ledger.prune(cutoff).await {
-                eprintln!("sw-outbox-idempotency: pruning the ledger failed: {e}");
+            match ledger.prune(key_ttl).await {
+                Ok(n) if n > 0 => {
+                    tracing::debug!(deleted = n, "sw-outbox-idempotency: pruned expired entries")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "sw-outbox-idempotency: pruning the ledger failed")
+                }
             }
         });
     }
@@ -445,27 +527,15 @@ async fn heartbeat(
     every: Duration,
 ) -> Infallible {
     // The claim was just written: the first beat is one period away.
-    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+    let start = tokio::time::Instant::now() + every;
+    let mut tick = tokio::time::interval_at(start, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(e) = ledger.heartbeat(scope, token, now_ms()).await {
-            eprintln!("sw-outbox-idempotency: heartbeat failed: {e}");
+        if let Err(e) = ledger.heartbeat(scope, token).await {
+            tracing::warn!(error = %e, "sw-outbox-idempotency: heartbeat failed");
         }
     }
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Wall-clock milliseconds since the Unix epoch. Ledger times are wall-clock (not
-/// `Instant`) because they are stored and compared across processes and restarts.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(ms)
-        .unwrap_or(0)
 }
 
 /// 32 random bytes from the OS, hex-encoded.
@@ -473,4 +543,27 @@ fn random_token() -> Result<String, getrandom::Error> {
     let mut buf = [0u8; 32];
     getrandom::fill(&mut buf)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_streamed() {
+        let mut h = HeaderMap::new();
+        assert!(!is_streamed(&h, Some(10), 10), "known and within the bound");
+        assert!(is_streamed(&h, Some(11), 10), "over the bound");
+        assert!(is_streamed(&h, None, 10), "no exact length");
+        h.insert(
+            CONTENT_TYPE,
+            "Text/Event-Stream; charset=utf-8".parse().unwrap(),
+        );
+        assert!(
+            is_streamed(&h, Some(3), 10),
+            "an event stream, whatever its length"
+        );
+        h.insert(CONTENT_TYPE, "application/json".parse().unwrap());
+        assert!(!is_streamed(&h, Some(0), 10));
+    }
 }

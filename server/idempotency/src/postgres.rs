@@ -1,52 +1,163 @@
-//! The ledger in PostgreSQL (feature `postgres`), so several server replicas share one.
+//! The ledger in PostgreSQL (feature `postgres`), on the app's own sqlx [`PgPool`], so
+//! several server instances behind a load balancer share one ledger.
 //!
-//! Same semantics as [`crate::SqliteLedger`], row for row. What changes is how
-//! [`Ledger::begin`] stays atomic when the racers are separate processes on separate
-//! connections: one READ COMMITTED transaction does `INSERT … ON CONFLICT DO NOTHING`
-//! (which waits for a concurrent, uncommitted insert of the same key and then sees it), and
-//! when the row already existed, `SELECT … FOR UPDATE` (which waits for a concurrent claim
-//! of an expired row and then re-reads the new version). Whoever inserts or replaces the row
-//! commits its claim before returning; everyone else reads that claim. Two replicas can
-//! therefore never both run the route for one key.
+//! Same rules as the SQLite ledger, row for row, with two things made for several
+//! instances:
 //!
-//! Every wait is bounded by the lock wait: the pool's wait for a connection, and the
-//! connections' `lock_timeout` for row and table locks. Either running out is
-//! [`LedgerErrorKind::Busy`](crate::LedgerErrorKind). The row bound is checked after the
-//! insert, so replicas claiming new keys at the same instant may pass it by at most their
-//! number of concurrent claims.
+//! - **Every time is the database's** (`statement_timestamp()`): a claim's time, its
+//!   heartbeats, its completion, and every age compared with `stale_after` or `key_ttl`.
+//!   Instances whose clocks disagree by minutes still agree on what is running, what is
+//!   stale and what expired, because none of them reads its own clock for it.
+//! - **Claims are atomic across connections**: one READ COMMITTED transaction does
+//!   `INSERT … ON CONFLICT DO NOTHING` (which waits for a concurrent, uncommitted insert of
+//!   the same key and then sees it) and, when the row already existed,
+//!   `SELECT … FOR UPDATE` (which waits for a concurrent claim of an expired row and then
+//!   reads the new version). Whoever inserts or replaces the row commits its claim before
+//!   returning; everyone else reads that claim.
 //!
-//! Plain TCP or a Unix socket, without TLS: the ledger is meant to sit next to the server
-//! (loopback or a private network). A URL that demands TLS (`sslmode=require`) is refused
-//! when connecting.
+//! Every call runs to its end in a task of its own, even when the request that made it goes
+//! away: sqlx 0.8 can leave a pooled connection inside an open transaction when a future is
+//! dropped during `BEGIN` (sqlx issue 4393), which would put the app's next queries on
+//! that connection into a transaction nobody commits. A claim whose request went away before
+//! its commit is rolled back instead of committed.
+//!
+//! Every wait is bounded by the lock wait: the wait for a pooled connection, and every
+//! lock wait inside the database (`SET LOCAL lock_timeout` in each of the ledger's
+//! transactions, so the app's other queries on the same pool keep their own settings).
+//! Either running out is [`LedgerErrorKind::Busy`](crate::LedgerErrorKind). The row bounds
+//! are checked after the insert, so instances claiming new keys at the same instant may
+//! pass them by at most their number of concurrent claims.
+//!
+//! The table is the app's to create: [`PgLedger::migrate`] runs [`migration_sql`] (also in
+//! the crate as `migrations/postgres/idempotency.sql`, for migration tools that take
+//! files), under a configurable [`TableName`]. TLS is the pool's: with sqlx's `tls-*`
+//! features (this crate's `postgres-rustls` is one) a URL's `sslmode=require` or
+//! `verify-full` is honoured.
 
 use crate::ledger::{
-    decode_headers, encode_headers, Begin, ClaimRequest, ClaimToken, Ledger, LedgerError,
-    LedgerFuture, Scope, StoredAnswer,
+    encode_headers, millis, retry_after, Begin, ClaimRequest, ClaimToken, Found, Ledger,
+    LedgerError, LedgerFuture, Scope, StoredAnswer, DEFAULT_LOCK_WAIT,
 };
-use crate::sqlite::DEFAULT_LOCK_WAIT;
-use deadpool_postgres::{
-    Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime, TimeoutType,
-};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgPool, Postgres};
+use sqlx::{Connection, Row, Transaction};
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
-use tokio_postgres::{IsolationLevel, NoTls};
 
-/// Connections per server process. Every ledger call holds one only for a few round trips
-/// (a claim never stays open across the route), so a handful serves many requests; the
-/// bound keeps several replicas well under PostgreSQL's default `max_connections` (100).
-pub const POOL_SIZE: usize = 16;
+/// Serialises the migration across instances starting at once: `CREATE TABLE IF NOT
+/// EXISTS` is not safe against a concurrent twin. An arbitrary constant, scoped to the
+/// database.
+const MIGRATION_LOCK: i64 = 0x5357_4f55_5442_4f58; // "SWOUTBOX"
 
-/// How long opening a connection may take: a database that does not answer must not hang
-/// requests forever. (Not a lock wait: an unreachable database is a failure, not busy.)
-const CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// The database's clock, in the ledger's unit (milliseconds since the Unix epoch): the
+/// start of the current statement.
+const NOW_MS: &str = "(extract(epoch from statement_timestamp()) * 1000)::bigint";
 
-/// Serialises schema creation across replicas starting at once: `CREATE TABLE IF NOT EXISTS`
-/// is not safe against a concurrent twin. An arbitrary constant, scoped to the database.
-const SCHEMA_LOCK: i64 = 0x5357_4f55_5442_4f58; // "SWOUTBOX"
+/// How often `begin` starts over when the entry it collided with is deleted (pruned or
+/// cleared) before it could lock it. Once is already rare; three times means something is
+/// deleting the table in a loop.
+const BEGIN_ATTEMPTS: usize = 3;
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS idempotency (
+/// The ledger table's name: `name` or `schema.name`, each part lower-case ASCII letters,
+/// digits and `_`, not starting with a digit (the table part at most 50 characters, so the
+/// index names derived from it fit PostgreSQL's 63). Checked, because it goes into SQL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableName {
+    schema: Option<String>,
+    table: String,
+}
+
+/// A table name that [`TableName::new`] refused, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidTableName(String);
+
+impl fmt::Display for InvalidTableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidTableName {}
+
+impl Default for TableName {
+    fn default() -> Self {
+        TableName {
+            schema: None,
+            table: "idempotency".to_owned(),
+        }
+    }
+}
+
+impl TableName {
+    /// Checks `name` (`idempotency`, `app.idempotency`).
+    pub fn new(name: &str) -> Result<TableName, InvalidTableName> {
+        let part = |p: &str, max: usize| -> Result<String, InvalidTableName> {
+            let ok = !p.is_empty()
+                && p.len() <= max
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                && !p.as_bytes()[0].is_ascii_digit();
+            if ok {
+                Ok(p.to_owned())
+            } else {
+                Err(InvalidTableName(format!(
+                    "table name {name:?}: each part must be 1-{max} of [a-z0-9_], not starting \
+                     with a digit"
+                )))
+            }
+        };
+        match name.split_once('.') {
+            None => Ok(TableName {
+                schema: None,
+                table: part(name, 50)?,
+            }),
+            Some((schema, table)) => Ok(TableName {
+                schema: Some(part(schema, 63)?),
+                table: part(table, 50)?,
+            }),
+        }
+    }
+
+    /// `"schema"."table"` or `"table"`, quoted for SQL.
+    fn quoted(&self) -> String {
+        match &self.schema {
+            Some(s) => format!("\"{s}\".\"{}\"", self.table),
+            None => format!("\"{}\"", self.table),
+        }
+    }
+
+    /// An index of this table named `<table>_<suffix>`, as `DROP INDEX` names it (in the
+    /// table's schema).
+    fn index(&self, suffix: &str) -> String {
+        match &self.schema {
+            Some(s) => format!("\"{s}\".\"{}_{suffix}\"", self.table),
+            None => format!("\"{}_{suffix}\"", self.table),
+        }
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.schema {
+            Some(s) => write!(f, "{s}.{}", self.table),
+            None => f.write_str(&self.table),
+        }
+    }
+}
+
+/// The SQL that creates the ledger table `table` (or upgrades one of an earlier layout),
+/// idempotent: what [`PgLedger::migrate`] runs. For the default name it is the file
+/// `migrations/postgres/idempotency.sql` of this crate.
+pub fn migration_sql(table: &TableName) -> String {
+    let t = table.quoted();
+    let heartbeat_index = format!("\"{}_heartbeat\"", table.table);
+    let old_index = table.index("created");
+    // `to_regclass` takes the name as SQL text: the quoted name inside a literal (the name
+    // has no quote of either kind in it).
+    format!(
+        "-- The sw-outbox-idempotency ledger (PostgreSQL). Safe to run again.
+CREATE TABLE IF NOT EXISTS {t} (
     account TEXT NOT NULL,
     idem_key TEXT NOT NULL,
     method TEXT NOT NULL,
@@ -54,271 +165,335 @@ CREATE TABLE IF NOT EXISTS idempotency (
     body_sha256 BYTEA NOT NULL,
     claim_token TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('running', 'completed')),
+    -- Milliseconds since the Unix epoch, by the database's clock.
     created_ms BIGINT NOT NULL,
+    -- The last sign of life: the claim, a heartbeat, or the completion.
     heartbeat_ms BIGINT NOT NULL,
     status INTEGER,
     headers TEXT,
     body BYTEA,
     PRIMARY KEY (account, idem_key)
 );
-CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_ms);
-";
-
-/// Tables written before stored headers were a list kept `Content-Type` and `Location` in
-/// columns of their own; their completed entries get the list, so they replay the same.
-const UPGRADE: &str = "
+-- A table of the first layout kept Content-Type and Location in columns of their own.
 DO $$
 BEGIN
-  IF EXISTS (SELECT 1 FROM information_schema.columns
-             WHERE table_schema = current_schema() AND table_name = 'idempotency'
-               AND column_name = 'content_type')
-     AND NOT EXISTS (SELECT 1 FROM information_schema.columns
-             WHERE table_schema = current_schema() AND table_name = 'idempotency'
-               AND column_name = 'headers') THEN
-    ALTER TABLE idempotency ADD COLUMN headers TEXT;
-    UPDATE idempotency SET headers = (
+  IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{t}')
+             AND attname = 'content_type' AND NOT attisdropped)
+     AND NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{t}')
+             AND attname = 'headers' AND NOT attisdropped) THEN
+    ALTER TABLE {t} ADD COLUMN headers TEXT;
+    UPDATE {t} SET headers = (
       SELECT COALESCE(json_agg(json_build_array(h.n, h.v)), '[]'::json)::text
       FROM (VALUES ('content-type', content_type), ('location', location)) AS h(n, v)
       WHERE h.v IS NOT NULL)
     WHERE state = 'completed';
   END IF;
 END $$;
-";
+-- Expiry and pruning go by the last sign of life.
+CREATE INDEX IF NOT EXISTS {heartbeat_index} ON {t} (heartbeat_ms);
+DROP INDEX IF EXISTS {old_index};
+"
+    )
+}
 
-const INSERT_CLAIM: &str = "
-INSERT INTO idempotency
-    (account, idem_key, method, path, body_sha256, claim_token, state, created_ms, heartbeat_ms)
-VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $7)
-ON CONFLICT (account, idem_key) DO NOTHING";
+/// The ledger's statements for one table.
+#[derive(Debug)]
+struct Sql {
+    begin: String,
+    insert: String,
+    count_all: String,
+    count_near_bound: String,
+    count_account: String,
+    oldest_all: String,
+    oldest_account: String,
+    select_for_update: String,
+    replace_expired: String,
+    heartbeat: String,
+    complete: String,
+    prune: String,
+}
 
-const SELECT_FOR_UPDATE: &str = "
-SELECT method, path, body_sha256, state, created_ms, heartbeat_ms, status, headers, body
-FROM idempotency WHERE account = $1 AND idem_key = $2
-FOR UPDATE";
+impl Sql {
+    fn new(table: &TableName, lock_wait: Duration) -> Sql {
+        let t = table.quoted();
+        let lock_ms = lock_wait.as_millis().max(1);
+        let live = format!("heartbeat_ms >= {NOW_MS} - $1");
+        Sql {
+            // READ COMMITTED whatever the database's default: under REPEATABLE READ the
+            // FOR UPDATE below would fail on a concurrent claim instead of reading it.
+            begin: format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = {lock_ms}"
+            ),
+            insert: format!(
+                "INSERT INTO {t}
+                     (account, idem_key, method, path, body_sha256, claim_token, state,
+                      created_ms, heartbeat_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, 'running', {NOW_MS}, {NOW_MS})
+                 ON CONFLICT (account, idem_key) DO NOTHING"
+            ),
+            count_all: format!("SELECT count(*) FROM {t}"),
+            // Counting every row is a scan of the table, on every new key: most of a
+            // claim's cost once the table holds tens of thousands of entries (the crate's
+            // bench). The planner's estimate (kept by autovacuum's ANALYZE) says when the
+            // table is far below the bound (under half of it, and 10 000 entries or more
+            // short): then the count is skipped (-1). Near the bound it is exact.
+            count_near_bound: format!(
+                "SELECT CASE
+                     WHEN c.reltuples >= 0 AND c.reltuples < $1::bigint::float8 / 2
+                          AND $1::bigint::float8 - c.reltuples > 10000 THEN -1
+                     ELSE (SELECT count(*) FROM {t})
+                 END
+                 FROM pg_class c WHERE c.oid = to_regclass('{t}')"
+            ),
+            count_account: format!("SELECT count(*) FROM {t} WHERE {live} AND account = $2"),
+            oldest_all: format!("SELECT {NOW_MS} - min(heartbeat_ms) FROM {t} WHERE {live}"),
+            oldest_account: format!(
+                "SELECT {NOW_MS} - min(heartbeat_ms) FROM {t} WHERE {live} AND account = $2"
+            ),
+            select_for_update: format!(
+                "SELECT method, path, body_sha256, state, {NOW_MS} - heartbeat_ms AS age_ms,
+                        status, headers, body
+                 FROM {t} WHERE account = $1 AND idem_key = $2
+                 FOR UPDATE"
+            ),
+            replace_expired: format!(
+                "UPDATE {t}
+                 SET method = $3, path = $4, body_sha256 = $5, claim_token = $6,
+                     state = 'running', created_ms = {NOW_MS}, heartbeat_ms = {NOW_MS},
+                     status = NULL, headers = NULL, body = NULL
+                 WHERE account = $1 AND idem_key = $2"
+            ),
+            heartbeat: format!(
+                "UPDATE {t} SET heartbeat_ms = {NOW_MS}
+                 WHERE account = $1 AND idem_key = $2 AND claim_token = $3 AND state = 'running'"
+            ),
+            complete: format!(
+                "UPDATE {t}
+                 SET state = 'completed', status = $4, headers = $5, body = $6,
+                     heartbeat_ms = {NOW_MS}
+                 WHERE account = $1 AND idem_key = $2 AND claim_token = $3 AND state = 'running'"
+            ),
+            prune: format!("DELETE FROM {t} WHERE heartbeat_ms < {NOW_MS} - $1"),
+        }
+    }
+}
 
-/// Replaces an expired entry by a fresh claim (SQLite's `INSERT OR REPLACE`).
-const REPLACE_EXPIRED: &str = "
-UPDATE idempotency
-SET method = $3, path = $4, body_sha256 = $5, claim_token = $6, state = 'running',
-    created_ms = $7, heartbeat_ms = $7, status = NULL, headers = NULL, body = NULL
-WHERE account = $1 AND idem_key = $2";
+impl From<sqlx::Error> for LedgerError {
+    fn from(e: sqlx::Error) -> Self {
+        let busy = match &e {
+            sqlx::Error::PoolTimedOut => true,
+            // lock_not_available: a `lock_timeout` ran out.
+            sqlx::Error::Database(db) => db.code().as_deref() == Some("55P03"),
+            _ => false,
+        };
+        if busy {
+            LedgerError::busy(format!("postgres: {e}"))
+        } else {
+            LedgerError::failed(format!("postgres: {e}"))
+        }
+    }
+}
 
-/// The oldest completed or expired entries other than the new claim, skipping rows another
-/// transaction holds (they are in use, and waiting for them would be an unbounded queue).
-const EVICT: &str = "
-DELETE FROM idempotency WHERE ctid IN (
-    SELECT ctid FROM idempotency
-    WHERE (state = 'completed' OR created_ms < $3) AND NOT (account = $1 AND idem_key = $2)
-    ORDER BY created_ms LIMIT $4
-    FOR UPDATE SKIP LOCKED)";
-
-const HEARTBEAT: &str = "
-UPDATE idempotency SET heartbeat_ms = $4
-WHERE account = $1 AND idem_key = $2 AND claim_token = $3 AND state = 'running'";
-
-const COMPLETE: &str = "
-UPDATE idempotency SET state = 'completed', status = $4, headers = $5, body = $6
-WHERE account = $1 AND idem_key = $2 AND claim_token = $3 AND state = 'running'";
-
-/// How often `begin` starts over when the entry it collided with is deleted (pruned,
-/// evicted or cleared) before it could lock it. Once is already rare; three times means
-/// something is deleting the table in a loop.
-const BEGIN_ATTEMPTS: usize = 3;
-
-/// The ledger in a PostgreSQL database, through a pool of [`POOL_SIZE`] connections.
+/// The ledger in a PostgreSQL database, on a pool the app made (and may share with its own
+/// queries). Cloning shares the pool.
 #[derive(Clone)]
 pub struct PgLedger {
-    pool: Pool,
+    pool: PgPool,
+    table: TableName,
+    lock_wait: Duration,
+    sql: Arc<Sql>,
 }
 
-/// The whole cause chain: tokio-postgres' own `Display` says only "db error". Wrappers
-/// that already print their cause would repeat it, hence the suffix check.
-fn chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let part = s.to_string();
-        if !text.ends_with(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        source = s.source();
-    }
-    format!("postgres: {text}")
-}
-
-impl From<tokio_postgres::Error> for LedgerError {
-    fn from(e: tokio_postgres::Error) -> Self {
-        if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) {
-            LedgerError::busy(chain(&e))
-        } else {
-            LedgerError::failed(chain(&e))
-        }
-    }
-}
-
-impl From<PoolError> for LedgerError {
-    fn from(e: PoolError) -> Self {
-        match e {
-            PoolError::Timeout(TimeoutType::Wait) => LedgerError::busy(chain(&e)),
-            PoolError::Backend(e) => e.into(),
-            e => LedgerError::failed(chain(&e)),
-        }
+impl fmt::Debug for PgLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgLedger")
+            .field("table", &self.table.to_string())
+            .field("lock_wait", &self.lock_wait)
+            .field("pool_size", &self.pool.size())
+            .finish_non_exhaustive()
     }
 }
 
 impl PgLedger {
-    /// Connects with [`DEFAULT_LOCK_WAIT`]; see [`PgLedger::connect_with`].
-    pub async fn connect(url: &str) -> Result<PgLedger, LedgerError> {
-        PgLedger::connect_with(url, DEFAULT_LOCK_WAIT).await
+    /// The ledger in the table `idempotency` of `pool`'s database, with
+    /// [`DEFAULT_LOCK_WAIT`]. The table must exist: run [`PgLedger::migrate`] (or
+    /// [`migration_sql`] in your own migrations) first.
+    pub fn new(pool: PgPool) -> PgLedger {
+        PgLedger::with(pool, TableName::default(), DEFAULT_LOCK_WAIT)
     }
 
-    /// Connects to `url` (`postgres://user@host:port/db`, or the `key=value` form), checks
-    /// that the database answers, and creates (or upgrades) the `idempotency` table.
-    /// `lock_wait` bounds both the wait for a pooled connection and every lock wait inside
-    /// the database (`lock_timeout`).
-    pub async fn connect_with(url: &str, lock_wait: Duration) -> Result<PgLedger, LedgerError> {
-        let mut config: tokio_postgres::Config = url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| LedgerError::failed(chain(&e)))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_WAIT);
+    fn with(pool: PgPool, table: TableName, lock_wait: Duration) -> PgLedger {
+        let sql = Arc::new(Sql::new(&table, lock_wait));
+        PgLedger {
+            pool,
+            table,
+            lock_wait,
+            sql,
         }
-        if config.get_application_name().is_none() {
-            config.application_name("sw-outbox-idempotency");
-        }
-        let lock_ms = lock_wait.as_millis().max(1);
-        let options = match config.get_options() {
-            Some(o) if !o.is_empty() => format!("{o} -c lock_timeout={lock_ms}"),
-            _ => format!("-c lock_timeout={lock_ms}"),
-        };
-        config.options(&options);
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                // A broken connection shows as closed; a live one needs no test query.
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(lock_wait))
-            .create_timeout(Some(CONNECT_WAIT))
-            .recycle_timeout(Some(CONNECT_WAIT))
-            .build()
-            .map_err(|e| LedgerError::failed(chain(&e)))?;
-        let ledger = PgLedger { pool };
-        ledger.create_schema().await?;
-        Ok(ledger)
     }
 
-    async fn client(&self) -> Result<Object, LedgerError> {
-        Ok(self.pool.get().await?)
+    /// The same ledger in another table.
+    pub fn with_table(self, table: TableName) -> PgLedger {
+        PgLedger::with(self.pool, table, self.lock_wait)
     }
 
-    async fn create_schema(&self) -> Result<(), LedgerError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        // The schema lock may wait for a twin's whole start-up: not bounded by lock_timeout.
-        tx.batch_execute("SET LOCAL lock_timeout = 0").await?;
-        tx.execute(&format!("SELECT pg_advisory_xact_lock({SCHEMA_LOCK})"), &[])
+    /// The same ledger with another bound on every wait: for a pooled connection, and for
+    /// any lock inside the database.
+    pub fn with_lock_wait(self, lock_wait: Duration) -> PgLedger {
+        PgLedger::with(self.pool, self.table, lock_wait)
+    }
+
+    /// The pool the ledger uses.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The ledger's table.
+    pub fn table(&self) -> &TableName {
+        &self.table
+    }
+
+    /// Creates the table (or upgrades one of an earlier layout): [`migration_sql`], in one
+    /// transaction, serialised across instances that start at once. Safe to run at every
+    /// start.
+    pub async fn migrate(&self) -> Result<(), LedgerError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *tx)
             .await?;
-        tx.batch_execute(SCHEMA).await?;
-        tx.batch_execute(UPGRADE).await?;
+        sqlx::raw_sql(&migration_sql(&self.table))
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
 
-    async fn begin_async(&self, c: ClaimRequest<'_>) -> Result<Begin, LedgerError> {
-        let mut client = self.client().await?;
-        let sha = c.fingerprint.body_sha256.as_slice();
-        let max_rows = i64::try_from(c.max_rows).unwrap_or(i64::MAX);
+    async fn acquire(&self) -> Result<PoolConnection<Postgres>, LedgerError> {
+        tokio::time::timeout(self.lock_wait, self.pool.acquire())
+            .await
+            .map_err(|_| {
+                LedgerError::busy(format!(
+                    "postgres: no pooled connection within {:?}",
+                    self.lock_wait
+                ))
+            })?
+            .map_err(LedgerError::from)
+    }
+
+    /// A transaction of the ledger's kind (READ COMMITTED, lock waits bounded) on `conn`.
+    async fn transaction<'c>(
+        &self,
+        conn: &'c mut PoolConnection<Postgres>,
+    ) -> Result<Transaction<'c, Postgres>, LedgerError> {
+        Ok(conn.begin_with(self.sql.begin.clone()).await?)
+    }
+
+    /// `alive` says whether the request that asked is still waiting for the answer: a new
+    /// claim is only committed for a request that will run the route.
+    async fn begin_async(
+        &self,
+        c: &ClaimRequest,
+        alive: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Begin, LedgerError> {
+        let mut conn = self.acquire().await?;
+        let sql = &*self.sql;
+        let ttl = millis(c.key_ttl);
+        let (account, key) = (&c.scope.account, &c.scope.key);
+        let fp = &c.fingerprint;
+        let sha = fp.body_sha256.as_slice();
         for _ in 0..BEGIN_ATTEMPTS {
-            // READ COMMITTED whatever the database's default: under REPEATABLE READ the
-            // FOR UPDATE below would fail on a concurrent claim instead of reading it.
-            let tx = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::ReadCommitted)
-                .start()
-                .await?;
-            let claim: [&(dyn ToSql + Sync); 7] = [
-                &c.scope.account,
-                &c.scope.key,
-                &c.fingerprint.method,
-                &c.fingerprint.path,
-                &sha,
-                &c.token.0,
-                &c.now_ms,
-            ];
-            let insert = tx.prepare_cached(INSERT_CLAIM).await?;
-            if tx.execute(&insert, &claim).await? == 1 {
-                let count: i64 = tx
-                    .query_one("SELECT count(*) FROM idempotency", &[])
-                    .await?
-                    .try_get(0)?;
-                if count > max_rows {
-                    let need = count - max_rows;
-                    let evict = tx.prepare_cached(EVICT).await?;
-                    let evicted = tx
-                        .execute(
-                            &evict,
-                            &[&c.scope.account, &c.scope.key, &c.expired_before_ms, &need],
-                        )
+            let mut tx = self.transaction(&mut conn).await?;
+            let inserted = sqlx::query(&sql.insert)
+                .bind(account)
+                .bind(key)
+                .bind(&fp.method)
+                .bind(&fp.path)
+                .bind(sha)
+                .bind(&c.token.0)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            if inserted == 1 {
+                if let Some(per_account) = c.max_rows_per_account {
+                    let held: i64 = sqlx::query_scalar(&sql.count_account)
+                        .bind(ttl)
+                        .bind(account)
+                        .fetch_one(&mut *tx)
                         .await?;
-                    if i64::try_from(evicted).unwrap_or(i64::MAX) < need {
+                    if u64::try_from(held).unwrap_or(0) > per_account {
+                        let oldest: Option<i64> = sqlx::query_scalar(&sql.oldest_account)
+                            .bind(ttl)
+                            .bind(account)
+                            .fetch_one(&mut *tx)
+                            .await?;
                         tx.rollback().await?;
-                        return Ok(Begin::Full);
+                        return Ok(Begin::Full {
+                            retry_after: retry_after(c.key_ttl, oldest),
+                        });
                     }
                 }
-                tx.commit().await?;
-                return Ok(Begin::Claimed);
+                let mut held: i64 = sqlx::query_scalar(&sql.count_near_bound)
+                    .bind(i64::try_from(c.max_rows).unwrap_or(i64::MAX))
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if u64::try_from(held).unwrap_or(0) > c.max_rows {
+                    // Expired entries are forgotten already: deleting them makes room.
+                    // Nothing else may go.
+                    sqlx::query(&sql.prune).bind(ttl).execute(&mut *tx).await?;
+                    held = sqlx::query_scalar(&sql.count_all)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    if u64::try_from(held).unwrap_or(0) > c.max_rows {
+                        let oldest: Option<i64> = sqlx::query_scalar(&sql.oldest_all)
+                            .bind(ttl)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                        tx.rollback().await?;
+                        return Ok(Begin::Full {
+                            retry_after: retry_after(c.key_ttl, oldest),
+                        });
+                    }
+                }
+                return commit_claim(tx, alive).await;
             }
-            let select = tx.prepare_cached(SELECT_FOR_UPDATE).await?;
-            let Some(row) = tx
-                .query_opt(&select, &[&c.scope.account, &c.scope.key])
+            let Some(row) = sqlx::query(&sql.select_for_update)
+                .bind(account)
+                .bind(key)
+                .fetch_optional(&mut *tx)
                 .await?
             else {
-                // Deleted between the two statements (prune, evict, clear): start over.
+                // Deleted between the two statements (prune, clear): start over.
                 tx.rollback().await?;
                 continue;
             };
-            let created_ms: i64 = row.try_get(4)?;
-            if created_ms >= c.expired_before_ms {
-                let method: String = row.try_get(0)?;
-                let path: String = row.try_get(1)?;
-                let stored_sha: Vec<u8> = row.try_get(2)?;
-                let state: String = row.try_get(3)?;
-                let fp = c.fingerprint;
-                let outcome =
-                    if method != fp.method || path != fp.path || stored_sha != fp.body_sha256 {
-                        Begin::Reused
-                    } else if state == "completed" {
-                        let status: Option<i32> = row.try_get(6)?;
-                        let status =
-                            status.and_then(|s| u16::try_from(s).ok()).ok_or_else(|| {
-                                LedgerError::failed("completed entry without a status")
-                            })?;
-                        let headers: Option<String> = row.try_get(7)?;
-                        Begin::Completed(StoredAnswer {
-                            status,
-                            headers: decode_headers(headers.as_deref())?,
-                            body: row.try_get(8)?,
-                        })
-                    } else {
-                        Begin::Running {
-                            heartbeat_ms: row.try_get(5)?,
-                        }
-                    };
+            let state: String = row.try_get("state")?;
+            let found = Found {
+                method: row.try_get("method")?,
+                path: row.try_get("path")?,
+                body_sha256: row.try_get("body_sha256")?,
+                completed: state == "completed",
+                age_ms: row.try_get("age_ms")?,
+                status: row.try_get::<Option<i32>, _>("status")?.map(i64::from),
+                headers: row.try_get("headers")?,
+                body: row.try_get("body")?,
+            };
+            if found.age_ms <= ttl {
                 // Nothing was written; this only releases the row lock.
                 tx.rollback().await?;
-                return Ok(outcome);
+                return found.outcome(fp);
             }
-            let replace = tx.prepare_cached(REPLACE_EXPIRED).await?;
-            tx.execute(&replace, &claim).await?;
-            tx.commit().await?;
-            return Ok(Begin::Claimed);
+            // Expired (no sign of life for a whole key window): replaced by this claim.
+            sqlx::query(&sql.replace_expired)
+                .bind(account)
+                .bind(key)
+                .bind(&fp.method)
+                .bind(&fp.path)
+                .bind(sha)
+                .bind(&c.token.0)
+                .execute(&mut *tx)
+                .await?;
+            return commit_claim(tx, alive).await;
         }
         Err(LedgerError::failed(format!(
             "the entry kept disappearing while being claimed ({BEGIN_ATTEMPTS} attempts)"
@@ -326,25 +501,63 @@ impl PgLedger {
     }
 }
 
+/// Commits a new claim if the request that asked for it still waits; else rolls it back.
+async fn commit_claim(
+    tx: Transaction<'_, Postgres>,
+    alive: &(dyn Fn() -> bool + Sync),
+) -> Result<Begin, LedgerError> {
+    if !alive() {
+        tx.rollback().await?;
+        return Err(LedgerError::failed(
+            "postgres: the request went away before its claim was committed",
+        ));
+    }
+    tx.commit().await?;
+    Ok(Begin::Claimed)
+}
+
+/// Runs a ledger call in a task of its own, to its end whatever becomes of the caller (see
+/// the module documentation); the task is told whether the caller still waits.
+fn detached<T, F, Fut>(call: F) -> LedgerFuture<'static, T>
+where
+    T: Send + 'static,
+    F: FnOnce(Arc<dyn Fn() -> bool + Send + Sync>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, LedgerError>> + Send + 'static,
+{
+    let (send, receive) = tokio::sync::oneshot::channel();
+    let waiting = Arc::new(std::sync::Mutex::new(Some(send)));
+    let alive: Arc<dyn Fn() -> bool + Send + Sync> = {
+        let waiting = waiting.clone();
+        Arc::new(move || {
+            waiting
+                .lock()
+                .map(|s| s.as_ref().is_some_and(|s| !s.is_closed()))
+                .unwrap_or(false)
+        })
+    };
+    let fut = call(alive);
+    tokio::spawn(async move {
+        let result = fut.await;
+        if let Some(send) = waiting.lock().ok().and_then(|mut s| s.take()) {
+            let _ = send.send(result);
+        }
+    });
+    Box::pin(async move {
+        receive
+            .await
+            .map_err(|_| LedgerError::failed("postgres: the ledger call did not finish"))?
+    })
+}
+
 impl Ledger for PgLedger {
-    fn begin<'a>(&'a self, claim: ClaimRequest<'a>) -> LedgerFuture<'a, Begin> {
-        Box::pin(self.begin_async(claim))
+    fn begin<'a>(&'a self, claim: &'a ClaimRequest) -> LedgerFuture<'a, Begin> {
+        let (ledger, claim) = (self.clone(), claim.clone());
+        detached(move |alive| async move { ledger.begin_async(&claim, &*alive).await })
     }
 
-    fn heartbeat<'a>(
-        &'a self,
-        scope: &'a Scope,
-        token: &'a ClaimToken,
-        now_ms: i64,
-    ) -> LedgerFuture<'a, ()> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            let stmt = client.prepare_cached(HEARTBEAT).await?;
-            client
-                .execute(&stmt, &[&scope.account, &scope.key, &token.0, &now_ms])
-                .await?;
-            Ok(())
-        })
+    fn heartbeat<'a>(&'a self, scope: &'a Scope, token: &'a ClaimToken) -> LedgerFuture<'a, ()> {
+        let (ledger, scope, token) = (self.clone(), scope.clone(), token.clone());
+        detached(move |_| async move { ledger.heartbeat_async(&scope, &token).await })
     }
 
     fn complete<'a>(
@@ -353,55 +566,148 @@ impl Ledger for PgLedger {
         token: &'a ClaimToken,
         answer: &'a StoredAnswer,
     ) -> LedgerFuture<'a, ()> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            let stmt = client.prepare_cached(COMPLETE).await?;
-            let headers = encode_headers(&answer.headers);
-            client
-                .execute(
-                    &stmt,
-                    &[
-                        &scope.account,
-                        &scope.key,
-                        &token.0,
-                        &i32::from(answer.status),
-                        &headers,
-                        &answer.body,
-                    ],
-                )
-                .await?;
-            Ok(())
-        })
+        let (ledger, scope, token) = (self.clone(), scope.clone(), token.clone());
+        let answer = answer.clone();
+        detached(move |_| async move { ledger.complete_async(&scope, &token, &answer).await })
     }
 
-    fn prune(&self, expired_before_ms: i64) -> LedgerFuture<'_, u64> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            Ok(client
-                .execute(
-                    "DELETE FROM idempotency WHERE created_ms < $1",
-                    &[&expired_before_ms],
-                )
-                .await?)
-        })
+    fn prune(&self, key_ttl: Duration) -> LedgerFuture<'_, u64> {
+        let ledger = self.clone();
+        detached(move |_| async move { ledger.prune_async(key_ttl).await })
+    }
+}
+
+impl PgLedger {
+    async fn heartbeat_async(&self, scope: &Scope, token: &ClaimToken) -> Result<(), LedgerError> {
+        let mut conn = self.acquire().await?;
+        let mut tx = self.transaction(&mut conn).await?;
+        sqlx::query(&self.sql.heartbeat)
+            .bind(&scope.account)
+            .bind(&scope.key)
+            .bind(&token.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn complete_async(
+        &self,
+        scope: &Scope,
+        token: &ClaimToken,
+        answer: &StoredAnswer,
+    ) -> Result<(), LedgerError> {
+        let mut conn = self.acquire().await?;
+        let mut tx = self.transaction(&mut conn).await?;
+        sqlx::query(&self.sql.complete)
+            .bind(&scope.account)
+            .bind(&scope.key)
+            .bind(&token.0)
+            .bind(i32::from(answer.status))
+            .bind(encode_headers(&answer.headers))
+            .bind(answer.body.as_deref())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn prune_async(&self, key_ttl: Duration) -> Result<u64, LedgerError> {
+        let mut conn = self.acquire().await?;
+        let mut tx = self.transaction(&mut conn).await?;
+        let n = sqlx::query(&self.sql.prune)
+            .bind(millis(key_ttl))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(n)
+    }
+}
+
+#[cfg(feature = "test-support")]
+impl crate::testing::Inspect for PgLedger {
+    fn into_ledger(self: Arc<Self>) -> Arc<dyn Ledger> {
+        self
     }
 
     fn entries(&self) -> LedgerFuture<'_, u64> {
         Box::pin(async move {
-            let client = self.client().await?;
-            let n: i64 = client
-                .query_one("SELECT count(*) FROM idempotency", &[])
-                .await?
-                .try_get(0)?;
+            let mut conn = self.acquire().await?;
+            let n: i64 = sqlx::query_scalar(&self.sql.count_all)
+                .fetch_one(&mut *conn)
+                .await?;
             Ok(u64::try_from(n).unwrap_or(0))
         })
     }
 
     fn clear(&self) -> LedgerFuture<'_, ()> {
         Box::pin(async move {
-            let client = self.client().await?;
-            client.execute("DELETE FROM idempotency", &[]).await?;
+            let mut conn = self.acquire().await?;
+            let clear = format!("DELETE FROM {}", self.table.quoted());
+            sqlx::query(&clear).execute(&mut *conn).await?;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_are_checked() {
+        for ok in ["idempotency", "app.idempotency", "_x", "t1", "ledger_v2"] {
+            assert_eq!(TableName::new(ok).expect(ok).to_string(), ok);
+        }
+        for bad in [
+            "",
+            "Idempotency",
+            "1t",
+            "a.b.c",
+            "a.",
+            ".a",
+            "has space",
+            "x\"; DROP TABLE users; --",
+            "t'",
+            &"t".repeat(51),
+        ] {
+            assert!(TableName::new(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            TableName::new(&"t".repeat(50)).map(|t| t.table.len()),
+            Ok(50)
+        );
+    }
+
+    /// The file is for apps whose migration tool takes files; it must say what `migrate`
+    /// runs. `SW_OUTBOX_WRITE_MIGRATION=1` rewrites it after a change of the SQL.
+    #[test]
+    fn the_migration_file_is_the_default_migration() {
+        let sql = migration_sql(&TableName::default());
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/migrations/postgres/idempotency.sql"
+        );
+        if std::env::var("SW_OUTBOX_WRITE_MIGRATION").is_ok_and(|v| v == "1") {
+            std::fs::write(path, &sql).expect("write the migration file");
+        }
+        let file = std::fs::read_to_string(path).expect("the migration file");
+        assert_eq!(file, sql, "{path} differs from migration_sql()");
+    }
+
+    #[test]
+    fn names_are_quoted_everywhere() {
+        let t = TableName::new("app.ledger").expect("valid");
+        let sql = migration_sql(&t);
+        assert!(sql.contains("CREATE TABLE IF NOT EXISTS \"app\".\"ledger\" ("));
+        assert!(
+            sql.contains("CREATE INDEX IF NOT EXISTS \"ledger_heartbeat\" ON \"app\".\"ledger\"")
+        );
+        assert!(sql.contains("DROP INDEX IF EXISTS \"app\".\"ledger_created\""));
+        assert!(!sql.contains("\"idempotency"), "no default name left");
+        let q = Sql::new(&t, Duration::from_millis(1500));
+        assert!(q.insert.contains("INSERT INTO \"app\".\"ledger\""));
+        assert!(q.begin.ends_with("lock_timeout = 1500"));
     }
 }

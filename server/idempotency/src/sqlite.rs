@@ -1,23 +1,25 @@
-//! The ledger in SQLite: a file (or `:memory:`) of its own, on one connection.
+//! The ledger in SQLite (feature `sqlite`): a file (or `:memory:`) of its own, on one
+//! connection.
 //!
 //! SQLite calls block, so every call runs on tokio's blocking pool, never on a runtime
 //! thread; the connection is taken through an async mutex whose wait is bounded by the lock
 //! wait, and the connection's `busy_timeout` (the same bound) covers other processes on the
 //! same file. A wait that runs out is [`LedgerErrorKind::Busy`](crate::LedgerErrorKind),
 //! which the layer answers with 503 and `Retry-After: 1`.
+//!
+//! Times are this machine's clock: every process that can open the file runs on it.
+//! (Several machines share a ledger through `PgLedger` (feature `postgres`), whose times are
+//! the database's.)
 
 use crate::ledger::{
-    decode_headers, encode_headers, Begin, ClaimRequest, ClaimToken, Fingerprint, Ledger,
-    LedgerError, LedgerFuture, Scope, StoredAnswer,
+    encode_headers, millis, retry_after, Begin, ClaimRequest, ClaimToken, Found, Ledger,
+    LedgerError, LedgerFuture, Scope, StoredAnswer, DEFAULT_LOCK_WAIT,
 };
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, TransactionBehavior};
+use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::Mutex;
-
-/// How long a ledger call waits for the connection or SQLite's write lock before it gives
-/// up as busy.
-pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS idempotency (
@@ -35,7 +37,8 @@ CREATE TABLE IF NOT EXISTS idempotency (
     body BLOB,
     PRIMARY KEY (account, idem_key)
 );
-CREATE INDEX IF NOT EXISTS idempotency_created ON idempotency (created_ms);
+CREATE INDEX IF NOT EXISTS idempotency_heartbeat ON idempotency (heartbeat_ms);
+DROP INDEX IF EXISTS idempotency_created;
 ";
 
 impl From<rusqlite::Error> for LedgerError {
@@ -54,6 +57,14 @@ impl From<rusqlite::Error> for LedgerError {
 pub struct SqliteLedger {
     conn: Arc<Mutex<Connection>>,
     lock_wait: Duration,
+}
+
+impl fmt::Debug for SqliteLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteLedger")
+            .field("lock_wait", &self.lock_wait)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SqliteLedger {
@@ -84,8 +95,8 @@ impl SqliteLedger {
         lock_wait: Duration,
     ) -> Result<SqliteLedger, LedgerError> {
         conn.busy_timeout(lock_wait)?;
-        conn.execute_batch(SCHEMA)?;
         upgrade(&conn)?;
+        conn.execute_batch(SCHEMA)?;
         Ok(SqliteLedger {
             conn: Arc::new(Mutex::new(conn)),
             lock_wait,
@@ -113,6 +124,14 @@ impl SqliteLedger {
         .await
         .map_err(|e| LedgerError::failed(format!("sqlite call did not finish: {e}")))?
     }
+}
+
+/// Wall-clock milliseconds of this machine.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(millis)
+        .unwrap_or(0)
 }
 
 /// Tables written before stored headers were a list kept `Content-Type` and `Location` in
@@ -147,88 +166,98 @@ fn upgrade(conn: &Connection) -> Result<(), LedgerError> {
     Ok(())
 }
 
-/// The owned inputs of one `begin`, so it can move to the blocking pool.
-struct OwnedClaim {
-    scope: Scope,
-    fp: Fingerprint,
-    token: ClaimToken,
-    now_ms: i64,
-    expired_before_ms: i64,
-    max_rows: u64,
+fn count(
+    tx: &rusqlite::Transaction<'_>,
+    sql: &str,
+    p: impl rusqlite::Params,
+) -> Result<u64, LedgerError> {
+    let n: i64 = tx.query_row(sql, p, |r| r.get(0))?;
+    Ok(u64::try_from(n).unwrap_or(0))
 }
 
-type Row = (
-    String,
-    String,
-    Vec<u8>,
-    String,
-    i64,
-    i64,
-    Option<i64>,
-    Option<String>,
-    Option<Vec<u8>>,
-);
-
-fn begin_sync(conn: &mut Connection, c: &OwnedClaim) -> Result<Begin, LedgerError> {
+fn begin_sync(conn: &mut Connection, c: &ClaimRequest) -> Result<Begin, LedgerError> {
     // IMMEDIATE takes the write lock up front, so two processes on one file cannot both see
     // "absent" and both claim.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let row: Option<Row> = tx
+    let now = now_ms();
+    let ttl = millis(c.key_ttl);
+    let expired_before = now.saturating_sub(ttl);
+    let found = tx
         .query_row(
-            "SELECT method, path, body_sha256, state, created_ms, heartbeat_ms,
-                    status, headers, body
+            "SELECT method, path, body_sha256, state, heartbeat_ms, status, headers, body
              FROM idempotency WHERE account = ?1 AND idem_key = ?2",
             params![c.scope.account, c.scope.key],
             |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                    r.get(8)?,
-                ))
+                let state: String = r.get(3)?;
+                let heartbeat_ms: i64 = r.get(4)?;
+                Ok(Found {
+                    method: r.get(0)?,
+                    path: r.get(1)?,
+                    body_sha256: r.get(2)?,
+                    completed: state == "completed",
+                    age_ms: now.saturating_sub(heartbeat_ms),
+                    status: r.get(5)?,
+                    headers: r.get(6)?,
+                    body: r.get(7)?,
+                })
             },
         )
         .optional()?;
-    let exists = row.is_some();
-    if let Some((method, path, sha, state, created_ms, heartbeat_ms, status, headers, body)) = row {
-        if created_ms >= c.expired_before_ms {
-            let outcome = if method != c.fp.method || path != c.fp.path || sha != c.fp.body_sha256 {
-                Begin::Reused
-            } else if state == "completed" {
-                let status = status
-                    .and_then(|s| u16::try_from(s).ok())
-                    .ok_or_else(|| LedgerError::failed("completed entry without a status"))?;
-                Begin::Completed(StoredAnswer {
-                    status,
-                    headers: decode_headers(headers.as_deref())?,
-                    body,
-                })
-            } else {
-                Begin::Running { heartbeat_ms }
-            };
+    if let Some(found) = found {
+        if found.age_ms <= ttl {
             // Nothing was written; dropping `tx` rolls the empty transaction back.
-            return Ok(outcome);
+            return found.outcome(&c.fingerprint);
         }
-    }
-    if !exists {
-        let count: i64 = tx.query_row("SELECT count(*) FROM idempotency", [], |r| r.get(0))?;
-        let count = u64::try_from(count).unwrap_or(0);
-        if count >= c.max_rows {
-            let need = count - c.max_rows + 1;
-            let evicted = tx.execute(
-                "DELETE FROM idempotency WHERE rowid IN (
-                     SELECT rowid FROM idempotency
-                     WHERE state = 'completed' OR created_ms < ?1
-                     ORDER BY created_ms LIMIT ?2)",
-                params![c.expired_before_ms, i64::try_from(need).unwrap_or(i64::MAX)],
+        // Expired (no sign of life for a whole key window): the new claim replaces it below.
+    } else {
+        // The age of the oldest unexpired entry in the way: the first to make room.
+        let oldest = |tx: &rusqlite::Transaction<'_>,
+                      account: Option<&str>,
+                      expired_before: i64|
+         -> Result<Option<i64>, LedgerError> {
+            let min: Option<i64> = match account {
+                Some(a) => tx.query_row(
+                    "SELECT min(heartbeat_ms) FROM idempotency
+                     WHERE account = ?1 AND heartbeat_ms >= ?2",
+                    params![a, expired_before],
+                    |r| r.get(0),
+                )?,
+                None => tx.query_row(
+                    "SELECT min(heartbeat_ms) FROM idempotency WHERE heartbeat_ms >= ?1",
+                    params![expired_before],
+                    |r| r.get(0),
+                )?,
+            };
+            Ok(min.map(|m| now.saturating_sub(m)))
+        };
+        if let Some(per_account) = c.max_rows_per_account {
+            let held = count(
+                &tx,
+                "SELECT count(*) FROM idempotency WHERE account = ?1 AND heartbeat_ms >= ?2",
+                params![c.scope.account, expired_before],
             )?;
-            if (evicted as u64) < need {
-                return Ok(Begin::Full);
+            if held >= per_account {
+                let after = oldest(&tx, Some(&c.scope.account), expired_before)?;
+                return Ok(Begin::Full {
+                    retry_after: retry_after(c.key_ttl, after),
+                });
+            }
+        }
+        let mut held = count(&tx, "SELECT count(*) FROM idempotency", [])?;
+        if held >= c.max_rows {
+            // Expired entries are forgotten already: deleting them makes room. Nothing else
+            // may go.
+            tx.execute(
+                "DELETE FROM idempotency WHERE heartbeat_ms < ?1",
+                params![expired_before],
+            )?;
+            held = count(&tx, "SELECT count(*) FROM idempotency", [])?;
+            if held >= c.max_rows {
+                let after = oldest(&tx, None, expired_before)?;
+                tx.commit()?;
+                return Ok(Begin::Full {
+                    retry_after: retry_after(c.key_ttl, after),
+                });
             }
         }
     }
@@ -240,11 +269,11 @@ fn begin_sync(conn: &mut Connection, c: &OwnedClaim) -> Result<Begin, LedgerErro
         params![
             c.scope.account,
             c.scope.key,
-            c.fp.method,
-            c.fp.path,
-            c.fp.body_sha256.as_slice(),
+            c.fingerprint.method,
+            c.fingerprint.path,
+            c.fingerprint.body_sha256.as_slice(),
             c.token.0,
-            c.now_ms
+            now
         ],
     )?;
     tx.commit()?;
@@ -252,30 +281,18 @@ fn begin_sync(conn: &mut Connection, c: &OwnedClaim) -> Result<Begin, LedgerErro
 }
 
 impl Ledger for SqliteLedger {
-    fn begin<'a>(&'a self, claim: ClaimRequest<'a>) -> LedgerFuture<'a, Begin> {
-        let owned = OwnedClaim {
-            scope: claim.scope.clone(),
-            fp: claim.fingerprint.clone(),
-            token: claim.token.clone(),
-            now_ms: claim.now_ms,
-            expired_before_ms: claim.expired_before_ms,
-            max_rows: claim.max_rows,
-        };
+    fn begin<'a>(&'a self, claim: &'a ClaimRequest) -> LedgerFuture<'a, Begin> {
+        let owned = claim.clone();
         Box::pin(self.call(move |conn| begin_sync(conn, &owned)))
     }
 
-    fn heartbeat<'a>(
-        &'a self,
-        scope: &'a Scope,
-        token: &'a ClaimToken,
-        now_ms: i64,
-    ) -> LedgerFuture<'a, ()> {
+    fn heartbeat<'a>(&'a self, scope: &'a Scope, token: &'a ClaimToken) -> LedgerFuture<'a, ()> {
         let (scope, token) = (scope.clone(), token.clone());
         Box::pin(self.call(move |conn| {
             conn.execute(
                 "UPDATE idempotency SET heartbeat_ms = ?4
                  WHERE account = ?1 AND idem_key = ?2 AND claim_token = ?3 AND state = 'running'",
-                params![scope.account, scope.key, token.0, now_ms],
+                params![scope.account, scope.key, token.0, now_ms()],
             )?;
             Ok(())
         }))
@@ -295,22 +312,38 @@ impl Ledger for SqliteLedger {
         );
         Box::pin(self.call(move |conn| {
             conn.execute(
-                "UPDATE idempotency SET state = 'completed', status = ?4, headers = ?5, body = ?6
+                "UPDATE idempotency
+                 SET state = 'completed', status = ?4, headers = ?5, body = ?6, heartbeat_ms = ?7
                  WHERE account = ?1 AND idem_key = ?2 AND claim_token = ?3 AND state = 'running'",
-                params![scope.account, scope.key, token.0, status, headers, body],
+                params![
+                    scope.account,
+                    scope.key,
+                    token.0,
+                    status,
+                    headers,
+                    body,
+                    now_ms()
+                ],
             )?;
             Ok(())
         }))
     }
 
-    fn prune(&self, expired_before_ms: i64) -> LedgerFuture<'_, u64> {
+    fn prune(&self, key_ttl: Duration) -> LedgerFuture<'_, u64> {
         Box::pin(self.call(move |conn| {
             let n = conn.execute(
-                "DELETE FROM idempotency WHERE created_ms < ?1",
-                params![expired_before_ms],
+                "DELETE FROM idempotency WHERE heartbeat_ms < ?1",
+                params![now_ms().saturating_sub(millis(key_ttl))],
             )?;
             Ok(n as u64)
         }))
+    }
+}
+
+#[cfg(feature = "test-support")]
+impl crate::testing::Inspect for SqliteLedger {
+    fn into_ledger(self: Arc<Self>) -> Arc<dyn Ledger> {
+        self
     }
 
     fn entries(&self) -> LedgerFuture<'_, u64> {

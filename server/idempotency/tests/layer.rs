@@ -10,7 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
-use futures_util::FutureExt;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 use sw_outbox_idempotency::{
-    ClaimRequest, ClaimToken, Fingerprint, IdempotencyLayer, KeyRule, Ledger, Scope, Settings,
+    ClaimRequest, ClaimToken, Fingerprint, IdempotencyLayer, KeyRule, Scope, Settings,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tower::ServiceExt;
@@ -36,16 +36,19 @@ on_both_ledgers!(
     a_request_body_over_the_bound_passes_through_unbuffered,
     a_panicking_route_stores_500_and_the_panic_goes_on,
     a_busy_ledger_answers_503_retry_after_1,
-    a_full_ledger_answers_503_until_a_claim_completes,
+    a_full_ledger_answers_503_and_forgets_no_key,
     expired_keys_apply_again_and_are_pruned,
     over_real_http,
+    a_streamed_answer_is_passed_on_as_it_comes_and_stored_as_its_status,
 );
 
-/// What the routes count: how often each started and finished.
+/// What the routes count: how often each started and finished; and the gate a streaming
+/// route waits at before its last chunk.
 #[derive(Clone, Default)]
 struct Counts {
     started: Arc<AtomicUsize>,
     finished: Arc<AtomicUsize>,
+    gate: Arc<tokio::sync::Notify>,
 }
 
 impl Counts {
@@ -129,6 +132,42 @@ async fn boom(State(s): State<AppState>) -> Response {
     panic!("the route failed");
 }
 
+/// A streamed answer: its first chunk at once, the last one only when the test opens the
+/// gate (so "the handler finishes" after the client read the first chunk, or never).
+fn gated_stream(
+    s: &AppState,
+    content_type: &'static str,
+    first: &'static str,
+    last: &'static str,
+) -> Response {
+    s.counts.started.fetch_add(1, Ordering::SeqCst);
+    let (gate, counts) = (s.counts.gate.clone(), s.counts.clone());
+    let first =
+        futures_util::stream::once(async move { Ok::<_, std::io::Error>(Bytes::from(first)) });
+    let last = futures_util::stream::once(async move {
+        gate.notified().await;
+        counts.finished.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, std::io::Error>(Bytes::from(last))
+    });
+    let mut resp = Body::from_stream(first.chain(last)).into_response();
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static(content_type));
+    resp
+}
+
+async fn events(State(s): State<AppState>) -> Response {
+    gated_stream(&s, "text/event-stream", "data: one\n\n", "data: two\n\n")
+}
+
+async fn stream(State(s): State<AppState>) -> Response {
+    gated_stream(
+        &s,
+        "application/x-ndjson",
+        "{\"part\":1}\n",
+        "{\"part\":2}\n",
+    )
+}
+
 async fn count(State(s): State<AppState>) -> String {
     s.counts.started.fetch_add(1, Ordering::SeqCst);
     "counted".into()
@@ -136,11 +175,11 @@ async fn count(State(s): State<AppState>) -> String {
 
 /// A plain axum app, as a user of the crate writes one. The account is whatever the app's
 /// authentication decided; here, an `x-user` header.
-fn plain_app(ledger: Arc<dyn Ledger>, settings: Settings) -> (Router, Counts) {
+fn plain_app(ledger: &TestLedger, settings: Settings) -> (Router, Counts) {
     let counts = Counts::default();
     let state = AppState {
         counts: counts.clone(),
-        big: settings.max_stored_answer + 1,
+        big: settings.max_stored_answer() + 1,
     };
     let router = Router::new()
         .route("/orders", post(order).delete(order).get(count))
@@ -150,9 +189,11 @@ fn plain_app(ledger: Arc<dyn Ledger>, settings: Settings) -> (Router, Counts) {
         .route("/length", post(length))
         .route("/unread", post(unread))
         .route("/panic", post(boom))
+        .route("/events", post(events))
+        .route("/stream", post(stream))
         .with_state(state)
         .layer(
-            IdempotencyLayer::new(ledger, |r: &Parts| {
+            IdempotencyLayer::new(as_ledger(ledger), |r: &Parts| {
                 r.headers.get("x-user")?.to_str().ok().map(str::to_owned)
             })
             .with_settings(settings),
@@ -212,7 +253,7 @@ async fn first_answer_then_replays(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let first = post_as(&app, "alice", Some("order-1"), "/orders", "two apples").await;
     assert_eq!(first.status, 201);
     assert!(!first.replayed());
@@ -261,7 +302,7 @@ async fn stored_headers_are_replayed_and_no_others(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let r1 = post_as(&app, "alice", Some("report"), "/report", "").await;
     assert_eq!(
         r1.header("x-not-stored"),
@@ -292,7 +333,7 @@ async fn keys_are_checked_by_the_rule(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger.clone(), fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let long = "k".repeat(256);
     for bad in ["", long.as_str(), "has space"] {
         let r = post_as(&app, "alice", Some(bad), "/orders", "x").await;
@@ -333,11 +374,8 @@ async fn keys_are_checked_by_the_rule(backend: Backend) {
     }
     assert_eq!(counts.started(), 4);
 
-    let strict = Settings {
-        key_rule: KeyRule::Strict,
-        ..fast_settings()
-    };
-    let (app, _) = plain_app(ledger, strict);
+    let strict = fast().key_rule(KeyRule::Strict).build().expect("valid");
+    let (app, _) = plain_app(&ledger, strict);
     let r = post_as(&app, "alice", Some("order_1234"), "/orders", "x").await;
     assert_eq!(
         (r.status, r.detail().as_str()),
@@ -358,7 +396,7 @@ async fn a_key_reused_for_another_request(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     assert_eq!(
         post_as(&app, "alice", Some("reuse"), "/orders", "a")
             .await
@@ -400,7 +438,7 @@ async fn a_duplicate_waits_for_the_running_first_attempt(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let first = {
         let app = app.clone();
         tokio::spawn(async move { post_slow(&app, "wait", 150).await })
@@ -425,7 +463,7 @@ async fn in_progress_after_the_wait_and_alive_past_the_stale_bound(backend: Back
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     // Longer than stale_after (600 ms): only the heartbeat keeps the claim alive.
     let first = {
         let app = app.clone();
@@ -458,7 +496,7 @@ async fn crash_window_a_cancelled_request_is_never_run_again(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let gone = tokio::time::timeout(Duration::from_millis(150), post_slow(&app, "cut", 1200)).await;
     assert!(gone.is_err(), "the first attempt was cut off");
     assert_eq!((counts.started(), counts.finished()), (1, 0));
@@ -492,29 +530,20 @@ async fn crash_window_a_claim_left_by_a_dead_process(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let scope = Scope {
-        account: "alice".into(),
-        key: "orphan".into(),
-    };
-    let fp = Fingerprint {
-        method: "POST".into(),
-        path: "/orders".into(),
-        body_sha256: sha256(b"slow"),
-    };
-    let now = sw_outbox_idempotency::now_ms();
+    let scope = Scope::new("alice", "orphan");
+    let fp = Fingerprint::new("POST", "/orders", sha256(b"slow"));
     let claimed = ledger
-        .begin(ClaimRequest {
-            scope: &scope,
-            fingerprint: &fp,
-            token: &ClaimToken("dead process".into()),
-            now_ms: now - 5_000,
-            expired_before_ms: 0,
-            max_rows: 100,
-        })
+        .begin(&ClaimRequest::new(
+            scope,
+            fp,
+            ClaimToken("dead process".into()),
+        ))
         .await
         .expect("claim");
     assert_eq!(claimed, sw_outbox_idempotency::Begin::Claimed);
-    let (app, counts) = plain_app(ledger, fast_settings());
+    // Nobody heartbeats it: past the stale bound (600 ms) it is a dead process's claim.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let r = post_slow(&app, "orphan", 0).await;
     assert_eq!(
         (r.status, r.detail().as_str()),
@@ -532,11 +561,8 @@ async fn an_answer_over_the_bound_is_stored_as_its_status(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let settings = Settings {
-        max_stored_answer: 1000,
-        ..fast_settings()
-    };
-    let (app, counts) = plain_app(ledger, settings);
+    let settings = fast().max_stored_answer(1000).build().expect("valid");
+    let (app, counts) = plain_app(&ledger, settings);
     let first = post_as(&app, "alice", Some("big"), "/big", "").await;
     assert_eq!(
         (first.status, first.body.len()),
@@ -557,11 +583,8 @@ async fn a_request_body_over_the_bound_passes_through_unbuffered(backend: Backen
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let settings = Settings {
-        max_request_body: 1000,
-        ..fast_settings()
-    };
-    let (app, counts) = plain_app(ledger, settings);
+    let settings = fast().max_request_body(1000).build().expect("valid");
+    let (app, counts) = plain_app(&ledger, settings);
     let body = "b".repeat(1001);
     // Over the bound: no idempotency, whatever the key (the app answers as without the layer).
     for _ in 0..2 {
@@ -630,7 +653,7 @@ async fn a_panicking_route_stores_500_and_the_panic_goes_on(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let h = [("x-user", "alice"), ("idempotency-key", "boom")];
     let first = AssertUnwindSafe(
         app.clone()
@@ -650,7 +673,7 @@ async fn a_busy_ledger_answers_503_retry_after_1(backend: Backend) {
     let Some((ledger, place)) = ledger_with(backend, Duration::from_millis(200)).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let holder: Box<dyn std::any::Any + Send> = match &place {
         Place::Sqlite(file) => {
             let conn = rusqlite::Connection::open(&file.0).expect("second connection");
@@ -692,56 +715,80 @@ async fn a_busy_ledger_answers_503_retry_after_1(backend: Backend) {
     assert_eq!(counts.started(), 1);
 }
 
-async fn a_full_ledger_answers_503_until_a_claim_completes(backend: Backend) {
+/// At its bound the ledger refuses new keys (503, `Retry-After` of when the oldest entry
+/// expires, the route not run) and forgets none it holds: their retries are still replays.
+async fn a_full_ledger_answers_503_and_forgets_no_key(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let settings = Settings {
-        max_rows: 2,
-        in_progress_wait: Duration::from_millis(50),
-        ..fast_settings()
+    let settings = fast()
+        .max_rows(3)
+        .in_progress_wait(Duration::from_millis(50))
+        .build()
+        .expect("valid");
+    let (app, counts) = plain_app(&ledger, settings);
+    for k in ["first", "second"] {
+        assert_eq!(
+            post_as(&app, "alice", Some(k), "/orders", "slow")
+                .await
+                .status,
+            201
+        );
+    }
+    // A running claim holds its place too.
+    let running = {
+        let app = app.clone();
+        tokio::spawn(async move { post_slow(&app, "third", 400).await })
     };
-    let (app, counts) = plain_app(ledger, settings);
-    let running: Vec<_> = ["r1", "r2"]
-        .into_iter()
-        .map(|k| {
-            let app = app.clone();
-            tokio::spawn(async move { post_slow(&app, k, 800).await })
-        })
-        .collect();
-    while counts.started() < 2 {
+    while counts.started() < 3 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let r = post_as(&app, "alice", Some("third"), "/orders", "x").await;
-    assert_eq!(
-        (r.status, r.detail().as_str()),
-        (503, "idempotency_ledger_full")
-    );
-    assert_eq!(r.header("retry-after"), Some("1"));
-    // Keys already in the ledger are still answered.
-    assert_eq!(
-        post_slow(&app, "r1", 800).await.detail(),
-        "idempotency_in_progress"
-    );
-    for t in running {
-        assert_eq!(t.await.expect("join").status, 201);
+    let full = |r: &Answer, who: &str| {
+        assert_eq!(
+            (r.status, r.detail().as_str()),
+            (503, "idempotency_ledger_full"),
+            "{who}"
+        );
+        let after: u64 = r
+            .header("retry-after")
+            .and_then(|v| v.parse().ok())
+            .expect("Retry-After in seconds");
+        assert!(
+            (3000..=3600).contains(&after),
+            "the oldest entry expires in about the key window (1 h): {after}"
+        );
+    };
+    for who in ["alice", "bob"] {
+        full(
+            &post_as(&app, who, Some("fourth"), "/orders", "x").await,
+            who,
+        );
     }
-    // Completed entries can be evicted: the new key goes through.
-    let r = post_as(&app, "alice", Some("third"), "/orders", "x").await;
-    assert_eq!((r.status, r.replayed()), (201, false));
+    assert_eq!(running.await.expect("join").status, 201);
+    // Completed, every entry is still inside its window: still full.
+    full(
+        &post_as(&app, "alice", Some("fourth"), "/orders", "x").await,
+        "after",
+    );
+    // Every key inside its window is still replayed, never run again.
+    for k in ["first", "second", "third"] {
+        let r = post_slow(&app, k, 400).await;
+        assert_eq!((r.status, r.replayed()), (201, true), "{k}");
+    }
     assert_eq!(counts.started(), 3);
+    assert_eq!(ledger.entries().await.expect("entries"), 3);
 }
 
 async fn expired_keys_apply_again_and_are_pruned(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let settings = Settings {
-        key_ttl: Duration::from_millis(700),
-        prune_every: Duration::from_millis(10),
-        ..fast_settings()
-    };
-    let (app, counts) = plain_app(ledger.clone(), settings);
+    let settings = fast()
+        .key_ttl(Duration::from_millis(700))
+        .prune_every(Duration::from_millis(10))
+        .build()
+        .expect("valid");
+    let (app, counts) = plain_app(&ledger, settings);
     assert_eq!(
         post_as(&app, "alice", Some("ttl"), "/orders", "1")
             .await
@@ -778,7 +825,7 @@ async fn over_real_http(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
-    let (app, counts) = plain_app(ledger, fast_settings());
+    let (app, counts) = plain_app(&ledger, fast_settings());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -825,18 +872,17 @@ async fn postgres_replicas_run_each_route_once() {
         return;
     };
     let url = server.fresh_database().await;
-    let settings = Settings {
-        // Long enough that no copy gives up while the first attempt runs.
-        in_progress_wait: Duration::from_secs(20),
-        in_progress_poll: Duration::from_millis(10),
-        ..Settings::default()
-    };
+    // Long enough that no copy gives up while the first attempt runs.
+    let settings = Settings::builder()
+        .in_progress_wait(Duration::from_secs(20))
+        .in_progress_poll(Duration::from_millis(10))
+        .build()
+        .expect("valid");
     let mut replicas = Vec::new();
     for _ in 0..2 {
-        let ledger = sw_outbox_idempotency::PgLedger::connect(&url)
-            .await
-            .expect("replica");
-        replicas.push(plain_app(Arc::new(ledger), settings.clone()));
+        let ledger: TestLedger =
+            Arc::new(pg_ledger(&url, sw_outbox_idempotency::DEFAULT_LOCK_WAIT).await);
+        replicas.push(plain_app(&ledger, settings.clone()));
     }
     let barrier = Arc::new(tokio::sync::Barrier::new(KEYS * COPIES));
     let mut tasks = Vec::new();
@@ -870,4 +916,149 @@ async fn postgres_replicas_run_each_route_once() {
             "key {k}: one answer for all"
         );
     }
+}
+
+/// An SSE route and a plain streamed one (no length): over a real socket the client reads
+/// the first chunk while the handler has not finished (it waits for the test), and a retry
+/// gets 409 `idempotency_replay_unavailable` with the status: the write happened once, its
+/// answer was not stored.
+async fn a_streamed_answer_is_passed_on_as_it_comes_and_stored_as_its_status(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(&ledger, fast_settings());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move { axum::serve(listener, app.clone()).await });
+    for (n, (path, first, last)) in [
+        ("/events", "data: one", "data: two"),
+        ("/stream", "{\"part\":1}", "{\"part\":2}"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let key = format!("stream-{n}");
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-User: alice\r\n\
+             Idempotency-Key: {key}\r\nContent-Length: 0\r\n\r\n"
+        );
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(request.as_bytes()).await.expect("write");
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 4096];
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !String::from_utf8_lossy(&seen).contains(first) {
+                let n = s.read(&mut buf).await.expect("read");
+                assert!(n > 0, "closed before the first chunk");
+                seen.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{path}: the first chunk did not arrive while the handler ran"));
+        assert_eq!(counts.finished(), n, "{path}: the handler has not finished");
+        assert!(!String::from_utf8_lossy(&seen).contains(last));
+        counts.gate.notify_one();
+        s.read_to_end(&mut seen).await.expect("read the rest");
+        let text = String::from_utf8_lossy(&seen);
+        assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        assert!(text.contains(last), "{text}");
+        assert_eq!(counts.finished(), n + 1);
+
+        let mut retry = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        retry.write_all(request.as_bytes()).await.expect("write");
+        let mut again = Vec::new();
+        retry.read_to_end(&mut again).await.expect("read");
+        let again = String::from_utf8_lossy(&again).to_ascii_lowercase();
+        assert!(again.starts_with("http/1.1 409"), "{again}");
+        assert!(again.contains("idempotent-replayed: true"), "{again}");
+        assert!(
+            again.ends_with(r#"{"detail":"idempotency_replay_unavailable","status":200}"#),
+            "{again}"
+        );
+        assert_eq!(counts.started(), n + 1, "{path}: the route ran once");
+    }
+    server.abort();
+}
+
+/// The layer around a plain tower service whose request and response bodies are not
+/// axum's (http-body-util's `Full` in, a `StreamBody` or `Full` out): keyed writes are
+/// claimed, stored and replayed all the same.
+#[tokio::test]
+async fn any_body_types_in_and_out() {
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use sw_outbox_idempotency::IdempotencyBody;
+    use tower::{service_fn, Layer as _};
+    type Out = http_body_util::Either<
+        Full<Bytes>,
+        StreamBody<
+            futures_util::stream::Iter<
+                std::vec::IntoIter<Result<http_body::Frame<Bytes>, std::io::Error>>,
+            >,
+        >,
+    >;
+    let ledger: TestLedger =
+        Arc::new(sw_outbox_idempotency::SqliteLedger::open(":memory:").expect("ledger"));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let inner = {
+        let runs = runs.clone();
+        service_fn(
+            move |req: axum::http::Request<IdempotencyBody<Full<Bytes>>>| {
+                let runs = runs.clone();
+                async move {
+                    let n = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    let streamed = req.uri().path() == "/stream";
+                    let body = req.into_body().collect().await.expect("body").to_bytes();
+                    let text = format!("run {n}: {}", String::from_utf8_lossy(&body));
+                    let out: Out = if streamed {
+                        let frames = vec![Ok(http_body::Frame::data(Bytes::from(text)))];
+                        http_body_util::Either::Right(StreamBody::new(futures_util::stream::iter(
+                            frames,
+                        )))
+                    } else {
+                        http_body_util::Either::Left(Full::new(Bytes::from(text)))
+                    };
+                    Ok::<_, std::convert::Infallible>(axum::http::Response::new(out))
+                }
+            },
+        )
+    };
+    let svc = IdempotencyLayer::new(as_ledger(&ledger), |_: &Parts| Some("alice".to_owned()))
+        .with_settings(fast_settings())
+        .layer(inner);
+    let send = |path: &'static str, key: &'static str| {
+        let svc = svc.clone();
+        async move {
+            let req = axum::http::Request::post(path)
+                .header("idempotency-key", key)
+                .body(Full::new(Bytes::from_static(b"pear")))
+                .expect("request");
+            let resp = svc.oneshot(req).await.expect("infallible");
+            let replayed = resp.headers().contains_key("idempotent-replayed");
+            let status = resp.status().as_u16();
+            let body = resp.into_body().collect().await.expect("answer").to_bytes();
+            (status, replayed, body)
+        }
+    };
+    assert_eq!(
+        send("/full", "k1").await,
+        (200, false, Bytes::from("run 1: pear"))
+    );
+    assert_eq!(
+        send("/full", "k1").await,
+        (200, true, Bytes::from("run 1: pear"))
+    );
+    assert_eq!(
+        send("/stream", "k2").await,
+        (200, false, Bytes::from("run 2: pear"))
+    );
+    let (status, replayed, body) = send("/stream", "k2").await;
+    assert_eq!((status, replayed), (409, true));
+    assert_eq!(
+        body,
+        r#"{"detail":"idempotency_replay_unavailable","status":200}"#
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    let _: fn(IdempotencyBody<Out>) = |_| {};
 }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
-use sw_outbox_idempotency::Settings;
+use sw_outbox_idempotency::{Settings, SettingsBuilder};
 use sw_outbox_server::{Config, Mode, RunningServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -19,14 +19,19 @@ use tokio::net::TcpStream;
 /// Short ledger bounds so state transitions happen in test time (never asserted as
 /// durations), on top of the reference server's settings (which also store `ETag`).
 pub fn fast_settings() -> Settings {
-    Settings {
-        in_progress_wait: Duration::from_millis(300),
-        in_progress_poll: Duration::from_millis(20),
-        stale_after: Duration::from_millis(600),
-        heartbeat_every: Duration::from_millis(100),
-        key_ttl: Duration::from_secs(3600),
-        ..Config::for_mode(Mode::Test).idempotency
-    }
+    fast().build().expect("valid settings")
+}
+
+/// [`fast_settings`] to change further.
+pub fn fast() -> SettingsBuilder {
+    Config::for_mode(Mode::Test)
+        .idempotency
+        .to_builder()
+        .in_progress_wait(Duration::from_millis(300))
+        .in_progress_poll(Duration::from_millis(20))
+        .stale_after(Duration::from_millis(600))
+        .heartbeat_every(Duration::from_millis(100))
+        .key_ttl(Duration::from_secs(3600))
 }
 
 pub fn www_dir() -> PathBuf {

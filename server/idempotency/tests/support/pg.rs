@@ -13,8 +13,14 @@
 //! the pipe closes, and the watchdog stops the server and deletes the directory. It runs in
 //! its own process group so a Ctrl-C on `cargo test` does not kill it before it cleans up.
 //!
+//! The server also speaks TLS, with a certificate of a throwaway authority made here
+//! (rcgen): [`PgServer::url`] asks for no TLS, [`PgServer::tls_url`] for verified TLS.
+//!
 //! Without the binaries the PostgreSQL tests fail with a message naming the package; with
 //! `SW_OUTBOX_SKIP_PG=1` they are skipped instead (and say so).
+
+// Shared by the test crates of the workspace, each using a part of it.
+#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
@@ -26,6 +32,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub struct PgServer {
     pub port: u16,
+    /// The authority that signed the server's certificate (PEM), for `sslrootcert`.
+    pub ca_file: PathBuf,
     /// Holding it keeps the watchdog waiting; it is never written to.
     _watchdog: ChildStdin,
 }
@@ -48,12 +56,31 @@ pub fn server() -> Option<&'static PgServer> {
 }
 
 impl PgServer {
+    /// Plain TCP (the server would take TLS; these tests do not want its cost).
     pub fn url(&self, db: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{db}?sslmode=disable",
+            self.port
+        )
     }
 
-    /// A new, empty database; returns its URL.
+    /// TLS, the server's certificate checked against the test authority and the host name.
+    pub fn tls_url(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{db}?sslmode=verify-full&sslrootcert={}",
+            self.port,
+            self.ca_file.display()
+        )
+    }
+
+    /// A new, empty database; returns its URL (without TLS).
     pub async fn fresh_database(&self) -> String {
+        let name = self.fresh_database_name().await;
+        self.url(&name)
+    }
+
+    /// A new, empty database; returns its name.
+    pub async fn fresh_database_name(&self) -> String {
         static N: AtomicU64 = AtomicU64::new(0);
         let name = format!("t{}", N.fetch_add(1, Ordering::Relaxed));
         let (client, conn) = tokio_postgres::connect(&self.url("postgres"), tokio_postgres::NoTls)
@@ -66,7 +93,7 @@ impl PgServer {
             .expect("CREATE DATABASE");
         drop(client);
         let _ = conn.await;
-        self.url(&name)
+        name
     }
 }
 
@@ -176,11 +203,12 @@ fn start() -> Result<PgServer, String> {
         .take()
         .ok_or("the watchdog has no stdin pipe")?;
 
+    let tls = write_certificates(&dir)?;
     if root {
         run(
             {
                 let mut c = Command::new("chown");
-                c.arg("postgres:postgres").arg(&dir);
+                c.arg("-R").arg("postgres:postgres").arg(&dir);
                 c
             },
             "chown postgres",
@@ -213,8 +241,10 @@ fn start() -> Result<PgServer, String> {
             .arg(format!(
                 "-p {port} -k {} -c listen_addresses=127.0.0.1 -c fsync=off \
                  -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB \
-                 -c max_connections=200",
-                dir.display()
+                 -c max_connections=200 -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                dir.display(),
+                tls.cert.display(),
+                tls.key.display()
             ));
         match run(pg_ctl, "pg_ctl start") {
             Ok(()) => {
@@ -225,6 +255,7 @@ fn start() -> Result<PgServer, String> {
                 );
                 return Ok(PgServer {
                     port,
+                    ca_file: tls.ca,
                     _watchdog: pipe,
                 });
             }
@@ -240,4 +271,44 @@ fn start() -> Result<PgServer, String> {
     Err(format!(
         "the test PostgreSQL server did not start: {last_error}"
     ))
+}
+
+struct TlsFiles {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// A throwaway certificate authority and a server certificate it signed for `127.0.0.1`
+/// and `localhost`, as PEM files in `dir` (the key readable by its owner only, as
+/// PostgreSQL demands).
+fn write_certificates(dir: &Path) -> Result<TlsFiles, String> {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    use std::os::unix::fs::PermissionsExt;
+    let e = |e: rcgen::Error| format!("making the test certificates: {e}");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "sw-outbox test authority");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().map_err(e)?).map_err(e)?;
+    let key = KeyPair::generate().map_err(e)?;
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .map_err(e)?
+        .signed_by(&key, &ca)
+        .map_err(e)?;
+    let files = TlsFiles {
+        ca: dir.join("ca.crt"),
+        cert: dir.join("server.crt"),
+        key: dir.join("server.key"),
+    };
+    let write = |path: &Path, text: &str, mode: u32| -> Result<(), String> {
+        std::fs::write(path, text).map_err(|err| format!("writing {}: {err}", path.display()))?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|err| format!("chmod {}: {err}", path.display()))
+    };
+    write(&files.ca, &ca.pem(), 0o644)?;
+    write(&files.cert, &cert.pem(), 0o644)?;
+    write(&files.key, &key.serialize_pem(), 0o600)?;
+    Ok(files)
 }
