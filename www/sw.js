@@ -229,7 +229,9 @@ self.addEventListener('activate', (event) => {
     await (locks ? locks.request('sw-outbox:caches', dropOlderCaches) : dropOlderCaches())
       .catch((e) => console.warn('sw-outbox: older caches not cleaned up', e));
     // Another version may have changed the session or the queue while this one
-    // waited: its view is checked before it answers anything (fetches wait for this).
+    // waited: its view is checked here. (Chromium may hand it a page's fetch before
+    // this runs, while it is still activating: such a write reads the database itself,
+    // worker::view.)
     await outbox().then((o) => o.handle_activate()).catch(() => {});
     await self.clients.claim();
     // The start flush runs now that this worker is active; activation does not wait
