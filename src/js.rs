@@ -278,9 +278,23 @@ impl<'de> de::Deserializer<'de> for De {
         visitor.visit_unit()
     }
 
+    /// A string names a unit variant (`"rate-limited"`): the stored delivery state's
+    /// stop reason. No other enum shape is read.
+    fn deserialize_enum<V: de::Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        match self.value.as_string() {
+            Some(s) => visitor.visit_enum(de::IntoDeserializer::<Error>::into_deserializer(s)),
+            None => self.invalid(&visitor),
+        }
+    }
+
     serde::forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
-        byte_buf unit unit_struct seq tuple tuple_struct map enum identifier
+        byte_buf unit unit_struct seq tuple tuple_struct map identifier
     }
 }
 

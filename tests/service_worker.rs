@@ -1058,3 +1058,201 @@ async fn futures_join<A: std::future::Future, B: std::future::Future>(
     .await;
     (ra.expect("a done"), rb.expect("b done"))
 }
+
+// ---- issue 27: error paths ---------------------------------------------------------
+
+/// A `Uint8Array` whose buffer was transferred away: IndexedDB cannot clone it, so the
+/// request that stores it throws at once (a synchronous failure in the middle of a
+/// transaction's requests).
+fn detached(bytes: &[u8]) -> Uint8Array {
+    let detach = js_sys::Function::new_with_args(
+        "u8",
+        "const c = new MessageChannel(); c.port1.postMessage(null, [u8.buffer]); c.port1.close(); return u8;",
+    );
+    detach
+        .call1(&JsValue::NULL, &Uint8Array::from(bytes))
+        .expect("detaches")
+        .unchecked_into()
+}
+
+/// Issue 27, 7: a batch whose last body cannot be stored commits nothing, not the
+/// records before it (nor itself without its body): each write is told it was not
+/// stored, and none of them is in the queue.
+#[wasm_bindgen_test]
+async fn a_batch_that_fails_midway_stores_none_of_it() {
+    let store = open(&unique("midway")).await;
+    let good = pending("/projects/p1/tasks", Some("alice"), b"kept?");
+    let mut bad = pending("/projects/p1/tasks", Some("alice"), b"x");
+    bad.body = Some(detached(b"never stored"));
+    let results = enqueue(&store, vec![good, bad], 10).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| matches!(r, Err(EnqueueFailure::Storage(_)))),
+        "{results:?}"
+    );
+    assert_eq!(
+        store.count().await.expect("counts"),
+        0,
+        "a write told 503 is never stored"
+    );
+    // The database is still usable.
+    let ok = enqueue(&store, vec![pending("/notes", Some("alice"), b"y")], 10).await;
+    assert!(ok[0].is_ok(), "{ok:?}");
+}
+
+/// Issue 27, 7: an edit whose new body cannot be stored changes nothing of the record
+/// (not its key, not its state), rather than committing new metadata over the old body.
+#[wasm_bindgen_test]
+async fn an_edit_that_fails_midway_changes_nothing() {
+    let store = open(&unique("editfail")).await;
+    let id = enqueue(&store, vec![pending("/notes", Some("alice"), b"old")], 10).await[0]
+        .clone()
+        .expect("stored");
+    let before = records(queue(&store).await).remove(0);
+    let mut changed = before.clone();
+    changed.key = Some(key());
+    changed.content_type = Some("text/plain".into());
+    let result = store
+        .rewrite_where(Some(id), |_| {
+            sw_outbox::store::Rewrite::Replace(
+                changed.mutable_fields(),
+                Some(detached(b"new body")),
+            )
+        })
+        .await;
+    assert!(
+        result.is_err(),
+        "the failure is reported: {:?}",
+        result.map(|r| r.0)
+    );
+    let after = records(queue(&store).await).remove(0);
+    assert_eq!(after.key, before.key, "the key was not changed");
+    assert_eq!(after.content_type, before.content_type);
+    assert_eq!(body_of(&store, id).await, b"old".to_vec());
+}
+
+/// Issue 27, 8: a value stored under a key at 2^53 (which exhausts the key generator)
+/// cannot be re-keyed by the generator; it is re-keyed under a free id, listed as a
+/// corrupt record and discardable, and LIST_QUEUE never fails on it.
+#[wasm_bindgen_test]
+async fn a_value_the_key_generator_cannot_re_key_is_listed_as_corrupt() {
+    let db = unique("exhausted");
+    let store = open(&db).await;
+    let first = enqueue(&store, vec![pending("/notes", Some("alice"), b"a")], 10).await[0]
+        .clone()
+        .expect("stored");
+    let v = js(&serde_json::json!({"method":"POST","path":"/notes","timestamp":1}));
+    Reflect::set(
+        &v,
+        &"id".into(),
+        &JsValue::from_f64(9_007_199_254_740_992.0),
+    )
+    .expect("id");
+    store.put_raw_for_tests(&v).await.expect("put");
+    let o = outbox(&db, 1).await;
+    let listed = command(&o, &js(&serde_json::json!({"type":"LIST_QUEUE"}))).await;
+    assert_eq!(listed["type"], "QUEUE_STATE", "{listed}");
+    let records = listed["records"].as_array().expect("records");
+    assert_eq!(records.len(), 2, "{listed}");
+    assert_eq!(records[0]["id"], first.0);
+    assert_eq!(records[1]["state"], "corrupt", "{listed}");
+    let corrupt = records[1]["id"].as_u64().expect("an id");
+    assert!(
+        corrupt > first.0 && corrupt < 9_007_199_254_740_992,
+        "{corrupt}"
+    );
+    let (n, _) = store
+        .rewrite_where(Some(RecordId(corrupt)), |_| {
+            sw_outbox::store::Rewrite::Delete
+        })
+        .await
+        .expect("discards");
+    assert_eq!(n, 1);
+    assert_eq!(store.count().await.expect("counts"), 1);
+}
+
+/// Issue 27, 9: a session persisted before account ids were checked (r2), which cannot
+/// be sent as a header value, is no session when read: a header-less write is queued
+/// with an unknown owner instead of failing on the header.
+#[wasm_bindgen_test]
+async fn a_stored_session_that_cannot_be_a_header_value_is_no_session() {
+    let db = unique("oldsession");
+    let store = open(&db).await;
+    store
+        .set_session_user(Some("\u{1F600} emoji account"))
+        .await
+        .expect("stored as a pre-r2 worker would have");
+    assert_eq!(store.session_user().await.expect("reads"), None);
+    let o = outbox(&db, 1).await;
+    o.assume_network_failed_for_tests();
+    let (status, body) = answer(
+        &o,
+        request(
+            "POST",
+            "/api/notes",
+            &[("Content-Type", "application/json")],
+            Some(b"{}"),
+        ),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let listed = records(queue(&store).await);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].owner, None,
+        "unknown owner, never the stored value"
+    );
+}
+
+/// A made-up `GET authMePath` answer, read as a flush reads one.
+async fn identity_of(
+    status: u16,
+    body: &str,
+    headers: &[(&str, &str)],
+    csrf_header: &str,
+) -> String {
+    let h = Headers::new().expect("headers");
+    for (k, v) in headers {
+        h.set(k, v).expect("header");
+    }
+    let init = web_sys::ResponseInit::new();
+    init.set_status(status);
+    init.set_headers(&h);
+    let response = Response::new_with_opt_str_and_init(Some(body), &init).expect("response");
+    sw_outbox::worker::identity_answer_for_tests(&response, csrf_header).await
+}
+
+/// Issue 27, 1: an identity answer is read up to 1 MiB: a large profile names the
+/// account; one larger still is an answer (never "offline"), whose account is unknown.
+/// Issue 27, 9: the CSRF token is read from the configured `csrfHeader`.
+#[wasm_bindgen_test]
+async fn a_large_identity_answer_is_read_and_the_token_comes_from_csrf_header() {
+    let profile = "p".repeat(900 * 1024);
+    let big = format!(r#"{{"user":{{"id":"alice","bio":"{profile}"}}}}"#);
+    let read = identity_of(200, &big, &[("X-App-Csrf", "tok-1")], "X-App-Csrf").await;
+    assert!(
+        read.contains(r#"SignedIn { user: "alice", csrf: Some("tok-1") }"#),
+        "{read}"
+    );
+    let read = identity_of(
+        200,
+        r#"{"user":{"id":"alice"}}"#,
+        &[("X-CSRF-Token", "default")],
+        "X-App-Csrf",
+    )
+    .await;
+    assert!(
+        read.contains("csrf: None"),
+        "only the configured header: {read}"
+    );
+    let huge = format!(
+        r#"{{"user":{{"id":"alice","bio":"{}"}}}}"#,
+        "p".repeat(1100 * 1024)
+    );
+    let read = identity_of(200, &huge, &[], "X-CSRF-Token").await;
+    assert!(
+        read.contains("Unavailable { status: 200 }"),
+        "an answer, not offline: {read}"
+    );
+}

@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 use sw_outbox::core::config::Config;
+use sw_outbox::core::delivery::{Delivery, StopReason};
 use sw_outbox::core::planner::BlockReason;
 use sw_outbox::core::record::RecordId;
 use sw_outbox::js;
@@ -95,6 +96,23 @@ fn reports_are_written_as_serde_wasm_bindgen_writes_them() {
         Outgoing::Partial {
             replayed: 2,
             remaining: 5,
+            stopped_by: None,
+            retry_at: None,
+        },
+        Outgoing::Partial {
+            replayed: 0,
+            remaining: 1,
+            stopped_by: Some(StopReason::RateLimited),
+            retry_at: Some(1_796_227_200_000),
+        },
+        Outgoing::QueueState {
+            records: Vec::new(),
+            delivery: Delivery {
+                stopped_by: Some(StopReason::SignedOut),
+                retry_at: None,
+                last_attempt_at: Some(5),
+            },
+            request_id: None,
         },
         Outgoing::Queued {
             id: RecordId(12),
@@ -112,6 +130,27 @@ fn reports_are_written_as_serde_wasm_bindgen_writes_them() {
         assert_eq!(stringify(&ours), stringify(&theirs));
         assert!(ours.is_object(), "a plain object, not a Map");
     }
+}
+
+/// The delivery state as IndexedDB gives it back: the stop reason, a string, read as
+/// the enum it was written from (a restarted worker answers LIST_QUEUE with it).
+#[wasm_bindgen_test]
+fn the_stored_delivery_state_reads_back_whole() {
+    let d = Delivery {
+        stopped_by: Some(StopReason::AccountMismatch),
+        retry_at: Some(1_796_227_200_000),
+        last_attempt_at: Some(3),
+    };
+    let stored = js::to_value(&d).expect("writes");
+    let read: Delivery = js::from_value(stored).expect("reads");
+    assert_eq!(read, d);
+    let unknown = js_sys::Function::new_no_args(r#"return { stoppedBy: "gone-fishing" };"#)
+        .call0(&JsValue::NULL)
+        .expect("value");
+    assert!(
+        js::from_value::<Delivery>(unknown).is_err(),
+        "an unknown reason is an error, which the store reads as no state"
+    );
 }
 
 #[wasm_bindgen_test]

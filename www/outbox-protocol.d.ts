@@ -28,8 +28,10 @@ export interface OutboxConfig {
   csrfHeader?: string;
   /** JavaScript RegExp source on the record path; group 1 is the workspace. Default `^/projects/([^/?#]+)`. */
   workspacePattern?: string;
-  /** IndexedDB database name. Default `sw-outbox`. */
-  dbName?: string;
+  /** IndexedDB database name. Default: `sw-outbox` for the origin's first registration,
+   * `sw-outbox:<scope path>` for another scope's; set it (the same) in every
+   * registration that is to share one database. */
+  dbName?: string | null;
   /** Background Sync tag. Default `sw-outbox`. */
   syncTag?: string;
   /** Default 15000. */
@@ -229,10 +231,33 @@ export interface QueueRecord {
   bodySize: number | null;
 }
 
+/** Why a flush stopped before the queue was drained. */
+export type StopReason =
+  | 'offline'
+  | 'signed-out'
+  | 'identity-check'
+  | 'unauthorized'
+  | 'rate-limited'
+  | 'account-mismatch'
+  | 'budget'
+  | 'storage';
+
+/** How delivery stands, as the last flush left it (survives a worker restart). */
+export interface Delivery {
+  /** Why the last flush stopped; null when it did not (or the queue is empty). */
+  stoppedBy: StopReason | null;
+  /** When the worker tries again on its own (ms since the epoch); null when it waits for
+   * a trigger (a sign-in, a page's flush) or has nothing it can try. */
+  retryAt: number | null;
+  /** When the last flush ran (ms since the epoch); null when none has. */
+  lastAttemptAt: number | null;
+}
+
 /** The answer to LIST_QUEUE. */
 export interface QueueState {
   type: 'QUEUE_STATE';
   records: QueueRecord[];
+  delivery: Delivery;
   requestId?: RequestId;
 }
 
@@ -288,11 +313,17 @@ export interface MutationsReplayed {
   count: number;
 }
 
-/** After a flush, when records remain (or the queue could not be re-read). */
+/** After a flush, when records remain (or the queue could not be re-read); also after a
+ * flush that stopped at the identity check (then with no MUTATIONS_BLOCKED before it). */
 export interface MutationsPartial {
   type: 'MUTATIONS_PARTIAL';
   replayed: number;
   remaining: number;
+  /** Why the flush stopped; null when it was not stopped (what remains waits for a
+   * person, or was left to be tried again). */
+  stoppedBy: StopReason | null;
+  /** When the worker tries again on its own; null when it waits for a trigger. */
+  retryAt: number | null;
 }
 
 /** When a write was queued (after its transaction committed). */

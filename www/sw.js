@@ -184,13 +184,54 @@ self.addEventListener('install', (event) => {
   })());
 });
 
+/** Cache Storage is the origin's, shared by all its registrations: two registrations
+ * (two scopes) of one build precache into the same `sw-outbox-<build>`. Each cache
+ * records the scopes whose worker activated with it (a synthetic entry, never fetched
+ * nor answered), and activation deletes an older build's cache only once no other
+ * registration is listed in it: a registration that has not updated yet can still start
+ * offline from its cache (issue 27, 6). A cache written before this record existed lists
+ * nobody and is deleted as before. Under a Web Lock where there is one, so two
+ * registrations activating at once do not lose each other's entry. */
+const CACHE_OWNERS = new URL('/__sw-outbox/cache-owners', self.location.href).href;
+
+async function cacheOwners(cache) {
+  const entry = await cache.match(CACHE_OWNERS);
+  if (!entry) return [];
+  try {
+    const scopes = await entry.json();
+    return Array.isArray(scopes) ? scopes.filter((s) => typeof s === 'string') : [];
+  } catch (e) {
+    return [];
+  }
+}
+
+const putCacheOwners = (cache, scopes) => cache.put(CACHE_OWNERS,
+  new Response(JSON.stringify(scopes), { headers: { 'Content-Type': 'application/json' } }));
+
+async function dropOlderCaches() {
+  const me = self.registration.scope;
+  const current = await caches.open(CACHE);
+  const owners = await cacheOwners(current);
+  if (!owners.includes(me)) await putCacheOwners(current, [...owners, me]);
+  for (const name of await caches.keys()) {
+    if (!name.startsWith(CACHE_PREFIX) || name === CACHE) continue;
+    const cache = await caches.open(name);
+    const listed = await cacheOwners(cache);
+    const others = listed.filter((s) => s !== me);
+    if (!others.length) await caches.delete(name);
+    else if (others.length !== listed.length) await putCacheOwners(cache, others);
+  }
+}
+
 self.addEventListener('activate', (event) => {
   event.waitUntil((async () => {
-    for (const name of await caches.keys()) {
-      if (name.startsWith(CACHE_PREFIX) && name !== CACHE) await caches.delete(name);
-    }
+    const locks = self.navigator && self.navigator.locks;
+    await (locks ? locks.request('sw-outbox:caches', dropOlderCaches) : dropOlderCaches())
+      .catch((e) => console.warn('sw-outbox: older caches not cleaned up', e));
     // Another version may have changed the session or the queue while this one
-    // waited: its view is checked before it answers anything (fetches wait for this).
+    // waited: its view is checked here. (Chromium may hand it a page's fetch before
+    // this runs, while it is still activating: such a write reads the database itself,
+    // worker::view.)
     await outbox().then((o) => o.handle_activate()).catch(() => {});
     await self.clients.claim();
     // The start flush runs now that this worker is active; activation does not wait
@@ -241,9 +282,14 @@ self.addEventListener('sync', (event) => {
 });
 
 self.addEventListener('notificationclick', (event) => {
+  // Only the outbox's own notification (its tag and the mark in its data): a site's
+  // other notifications are left to its own listeners, neither closed nor followed.
+  const notification = event.notification;
+  const data = notification.data;
+  if (notification.tag !== 'sw-outbox' || !data || data.swOutbox !== true) return;
   nudgeWaiting();
-  event.notification.close();
-  event.waitUntil(outbox().then((o) => o.handle_notification_click(event.notification.data ?? null)));
+  notification.close();
+  event.waitUntil(outbox().then((o) => o.handle_notification_click(data)));
 });
 
 self.addEventListener('online', () => {

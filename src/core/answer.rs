@@ -148,10 +148,89 @@ fn mentions(body: AnswerBody<'_>, word: &str) -> bool {
     }
 }
 
-/// A CSRF refusal: a 403 whose body names CSRF (the reference server's
-/// `{"detail":"csrf_failed"}`, Django's "CSRF verification failed" page, …).
+/// A CSRF refusal: a 403 whose error says that a CSRF check failed (the reference
+/// server's `{"detail":"csrf_failed"}`, csurf's `EBADCSRFTOKEN` / "invalid csrf token",
+/// Django's "CSRF verification failed" page, Spring's "Invalid CSRF Token", gorilla's
+/// "CSRF token invalid"). Narrowly (r3): a page that merely carries a token — a Rails
+/// layout's `<meta name="csrf-token">`, Django's `csrfmiddlewaretoken` field — around a
+/// permission refusal is not one; only the words a person would read count (markup,
+/// scripts and styles are not read), and only a word naming CSRF next to a word of
+/// failure.
 fn is_csrf_failure(a: &ReplayAnswer<'_>) -> bool {
-    a.status == 403 && mentions(a.body, "csrf")
+    if a.status != 403 {
+        return false;
+    }
+    match a.body {
+        AnswerBody::Text(t) => states_csrf_failure(&visible_text(t)),
+        body => error_strings(body).any(states_csrf_failure),
+    }
+}
+
+/// Stems of the words that say a check failed.
+const FAILURE_STEMS: [&str; 10] = [
+    "fail",
+    "invalid",
+    "mismatch",
+    "missing",
+    "expired",
+    "bad",
+    "incorrect",
+    "wrong",
+    "verif",
+    "reject",
+];
+
+/// How many words apart a CSRF word and a failure word may stand ("CSRF token is
+/// missing", "Could not verify the provided CSRF token").
+const CSRF_FAILURE_SPAN: usize = 3;
+
+/// Whether `text` says a CSRF check failed: a word naming CSRF (or XSRF) that holds a
+/// failure stem itself (`csrf_failed` splits in two; `EBADCSRFTOKEN` does not) or stands
+/// within [`CSRF_FAILURE_SPAN`] words of one.
+fn states_csrf_failure(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let failing = |w: &str| FAILURE_STEMS.iter().any(|s| w.contains(s));
+    words.iter().enumerate().any(|(i, w)| {
+        (w.contains("csrf") || w.contains("xsrf"))
+            && words
+                [i.saturating_sub(CSRF_FAILURE_SPAN)..(i + CSRF_FAILURE_SPAN + 1).min(words.len())]
+                .iter()
+                .any(|n| failing(n))
+    })
+}
+
+/// The text of a page as a person reads it: tags (with their attributes), comments,
+/// scripts and styles removed. A body that is not markup comes back as it was.
+fn visible_text(body: &str) -> String {
+    let mut out = String::with_capacity(body.len());
+    let lower = body.to_ascii_lowercase();
+    let mut at = 0;
+    while let Some(open) = body[at..].find('<').map(|i| at + i) {
+        out.push_str(&body[at..open]);
+        out.push(' ');
+        let rest = &lower[open..];
+        let skip_to = |end: &str| rest.find(end).map(|i| open + i + end.len());
+        let close = if rest.starts_with("<!--") {
+            skip_to("-->")
+        } else if rest.starts_with("<script") {
+            skip_to("</script>")
+        } else if rest.starts_with("<style") {
+            skip_to("</style>")
+        } else {
+            skip_to(">")
+        };
+        match close {
+            Some(c) => at = c,
+            // An unclosed tag (a body cut at the read bound): the rest is markup.
+            None => return out,
+        }
+    }
+    out.push_str(&body[at..]);
+    out
 }
 
 /// A key used with another request: the reference server's 422 `idempotency_key_reused`,
@@ -239,6 +318,20 @@ pub fn classify(answer: Option<ReplayAnswer<'_>>, now_ms: u64) -> Verdict {
     }
 }
 
+/// A stale-identity answer to a replay sent after the flush's one identity re-check
+/// (contract 4.5, r3): a second 403 is the server's refusal — `needs-attention`,
+/// `rejected`, its status kept — not a stall of the whole queue; a second
+/// `account_mismatch` stays a stop of the flush (reported, `account-mismatch`).
+pub fn after_recheck(verdict: Verdict) -> Verdict {
+    match verdict {
+        Verdict::StaleIdentity { status: 403 } => Verdict::Attention {
+            reason: AttentionReason::Rejected,
+            status: 403,
+        },
+        other => other,
+    }
+}
+
 /// `Retry-After` as a delay in milliseconds: delta-seconds or an IMF-fixdate HTTP date
 /// (a date in the past is no delay). `None` when it is neither.
 pub fn parse_retry_after(value: &str, now_ms: u64) -> Option<u64> {
@@ -274,9 +367,18 @@ fn parse_http_date_ms(s: &str) -> Option<u64> {
     if !(1..=31).contains(&day) || *h > 23 || *m > 59 || *sec > 60 || year < 1970 {
         return None;
     }
+    if year > MAX_DATE_YEAR {
+        // A date further than any clock reaches (IMF-fixdate has four digits): as far
+        // as can be; the backoff bounds it by maxRetryAfterMs. Never computed, so a huge
+        // year cannot overflow the arithmetic below.
+        return Some(u64::MAX);
+    }
     let days = days_from_civil(year, month, day);
     Some(((days as u64) * 86_400 + h * 3600 + m * 60 + sec) * 1000)
 }
+
+/// The last year an HTTP date is computed for; later ones read as "as far as can be".
+const MAX_DATE_YEAR: i64 = 9999;
 
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(y: i64, m: u64, d: u64) -> i64 {
@@ -350,29 +452,48 @@ pub fn settle(record: &RecordMeta, verdict: &Verdict, config: &Config) -> Settle
     }
 }
 
-/// Age rules, checked before a queued record is sent (contract 4.5 "expired" and 4.7):
-/// a record that may have reached the server (it was sent once) and whose first send is
-/// older than `serverKeyTtlMs` is `key-expired` — the server may have forgotten its key,
-/// and resending it could apply it twice; one older than `maxRetentionMs` is `expired`.
-/// A record that never left the worker is not key-expired however old it is. Nothing is
-/// ever deleted for age.
-pub fn expire(record: &RecordMeta, now_ms: u64, config: &Config) -> Option<RecordMeta> {
+/// What the age rules say of a queued record now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Age {
+    /// It may be sent.
+    Sendable,
+    /// It needs a person now (`key-expired` or `expired`): the record as it becomes.
+    Expired(Box<RecordMeta>),
+    /// Its age cannot be known: the clock reads earlier than its first send. The key
+    /// window fails closed (r3): it is not sent until the clock has passed that time.
+    Unknown,
+}
+
+/// Age rules, checked when a flush starts and again when a record is handed to its lane
+/// (contract 4.5 "expired" and 4.7): a record that may have reached the server (it was
+/// sent once) and whose first send is older than `serverKeyTtlMs` is `key-expired` —
+/// the server may have forgotten its key, and resending it could apply it twice; one
+/// older than `maxRetentionMs` is `expired`. A record that never left the worker is not
+/// key-expired however old it is. A first send later than the clock's now is an age
+/// that cannot be known, never an age of 0 (r3). Nothing is ever deleted for age.
+pub fn check_age(record: &RecordMeta, now_ms: u64, config: &Config) -> Age {
     if record.state != RecordState::Queued {
-        return None;
+        return Age::Sendable;
     }
-    let key_window_passed = record
-        .first_sent_at
-        .is_some_and(|sent| now_ms.saturating_sub(sent) > config.server_key_ttl_ms);
-    let reason = if key_window_passed {
-        AttentionReason::KeyExpired
-    } else if now_ms.saturating_sub(record.timestamp) > config.max_retention_ms {
-        AttentionReason::Expired
-    } else {
-        return None;
+    let reason = match record.first_sent_at {
+        Some(sent) if now_ms < sent => return Age::Unknown,
+        Some(sent) if now_ms - sent > config.server_key_ttl_ms => AttentionReason::KeyExpired,
+        _ if now_ms.saturating_sub(record.timestamp) > config.max_retention_ms => {
+            AttentionReason::Expired
+        }
+        _ => return Age::Sendable,
     };
     let mut r = record.clone();
     r.state = RecordState::NeedsAttention(reason);
-    Some(r)
+    Age::Expired(Box::new(r))
+}
+
+/// The record as the age rules leave it, when they move it to needs-attention.
+pub fn expire(record: &RecordMeta, now_ms: u64, config: &Config) -> Option<RecordMeta> {
+    match check_age(record, now_ms, config) {
+        Age::Expired(r) => Some(*r),
+        Age::Sendable | Age::Unknown => None,
+    }
 }
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
@@ -862,5 +983,146 @@ mod tests {
         ] {
             assert_eq!(parse_retry_after(bad, 0), None, "{bad}");
         }
+    }
+
+    // r3: a 403 that merely carries a CSRF token in its page is the server's refusal.
+    #[test]
+    fn a_permission_page_with_a_csrf_token_in_its_layout_is_a_refusal() {
+        let rails = r#"<!DOCTYPE html><html><head><title>Forbidden</title>
+            <meta name="csrf-param" content="authenticity_token" />
+            <meta name="csrf-token" content="q1w2e3r4-invalid-looking-token" />
+            <script>window.csrfToken = document.querySelector('meta[name=csrf-token]').content; // fails if missing</script>
+            </head><body><h1>You are not allowed to edit this project</h1></body></html>"#;
+        assert_eq!(text(403, rails), attention(AttentionReason::Rejected, 403));
+        let django = r#"<html><body><form method="post">
+            <input type="hidden" name="csrfmiddlewaretoken" value="bad-or-missing-who-knows">
+            <p>Permission denied: only owners may invite members.</p></form></body></html>"#;
+        assert_eq!(text(403, django), attention(AttentionReason::Rejected, 403));
+        // A JSON refusal that carries a token beside its error is a refusal too.
+        assert_eq!(
+            answer(
+                403,
+                json!({"detail":"forbidden","csrfToken":"missing-csrf-nope"}),
+                None
+            ),
+            attention(AttentionReason::Rejected, 403)
+        );
+        assert_eq!(
+            text(
+                403,
+                "Forbidden: the CSRF token on this page is fine, you may not do this"
+            ),
+            attention(AttentionReason::Rejected, 403)
+        );
+    }
+
+    #[test]
+    fn the_csrf_failures_of_common_servers_are_a_stale_identity() {
+        let stale = Verdict::StaleIdentity { status: 403 };
+        for page in [
+            // Django's failure page.
+            r#"<html><head><title>403 Forbidden</title></head><body><h1>Forbidden <span>(403)</span></h1>
+               <p>CSRF verification failed. Request aborted.</p></body></html>"#,
+            // Express's error page for csurf.
+            "<!DOCTYPE html><html><body><pre>ForbiddenError: invalid csrf token<br> &nbsp; &nbsp;at csrf</pre></body></html>",
+            // Spring Security.
+            "Invalid CSRF Token 'null' was found on the request parameter '_csrf' or header 'X-CSRF-TOKEN'.",
+            "Could not verify the provided CSRF token because your session was not found.",
+            // gorilla/csrf.
+            "Forbidden - CSRF token invalid\n",
+            "CSRF token missing",
+            "xsrf token mismatch",
+        ] {
+            assert_eq!(text(403, page), stale, "{page}");
+        }
+        assert_eq!(answer(403, json!({"detail":"csrf_failed"}), None), stale);
+        assert_eq!(
+            answer(
+                403,
+                json!({"error":{"code":"EBADCSRFTOKEN","message":"invalid csrf token"}}),
+                None
+            ),
+            stale
+        );
+        assert_eq!(
+            answer(403, json!({"message":"CSRF token mismatch."}), None),
+            stale
+        );
+        assert_eq!(
+            text(500, "CSRF verification failed"),
+            Verdict::ServerFailure { status: 500 },
+            "only a 403 is a CSRF refusal"
+        );
+    }
+
+    // r3: after the flush's one identity re-check, a 403 is final; account_mismatch stops.
+    #[test]
+    fn a_second_stale_identity_answer_after_the_recheck() {
+        assert_eq!(
+            after_recheck(Verdict::StaleIdentity { status: 403 }),
+            attention(AttentionReason::Rejected, 403)
+        );
+        let r = updated(settle(
+            &record(),
+            &after_recheck(Verdict::StaleIdentity { status: 403 }),
+            &Config::default(),
+        ));
+        assert_eq!(
+            r.state,
+            RecordState::NeedsAttention(AttentionReason::Rejected)
+        );
+        assert_eq!(r.last_status, Some(403), "status kept");
+        let mismatch = Verdict::StaleIdentity { status: 409 };
+        assert_eq!(after_recheck(mismatch.clone()), mismatch);
+        assert!(after_recheck(mismatch).stops_flush());
+        assert_eq!(after_recheck(Verdict::Replayed), Verdict::Replayed);
+    }
+
+    // r3, 4.7: the key window fails closed when the clock reads earlier than the first send.
+    #[test]
+    fn a_clock_behind_the_first_send_makes_the_age_unknown_never_zero() {
+        let c = Config::default();
+        let mut sent = record();
+        sent.first_sent_at = Some(10_000_000);
+        assert_eq!(check_age(&sent, 9_999_999, &c), Age::Unknown);
+        assert_eq!(check_age(&sent, 0, &c), Age::Unknown);
+        assert_eq!(
+            expire(&sent, 0, &c),
+            None,
+            "not expired, but not sendable either"
+        );
+        assert_eq!(check_age(&sent, 10_000_000, &c), Age::Sendable);
+        assert!(matches!(
+            check_age(&sent, 10_000_001 + c.server_key_ttl_ms, &c),
+            Age::Expired(_)
+        ));
+        // A record that never left the worker has no first send to be behind.
+        let never = record();
+        assert_eq!(check_age(&never, 0, &c), Age::Sendable);
+    }
+
+    #[test]
+    fn a_retry_after_date_in_a_far_year_does_not_wrap() {
+        for far in [
+            "Fri, 31 Dec 9223372036854775807 23:59:59 GMT",
+            "Fri, 31 Dec 100000000000000 23:59:59 GMT",
+            "Fri, 31 Dec 99999 23:59:59 GMT",
+        ] {
+            assert_eq!(
+                parse_retry_after(far, 1_000),
+                Some(u64::MAX - 1_000),
+                "{far}"
+            );
+        }
+        let b = crate::core::backoff::Backoff::default().after(
+            crate::core::backoff::FlushEnd::RetryAfter(parse_retry_after(
+                "Fri, 31 Dec 9223372036854775807 23:59:59 GMT",
+                5,
+            )),
+            5,
+            0.5,
+            3_600_000,
+        );
+        assert_eq!(b.retry_after_until, 3_600_005, "bounded by maxRetryAfterMs");
     }
 }

@@ -20,6 +20,9 @@ pub enum Trigger {
     /// exponential backoff counts are over, so it may go before it (a server's
     /// `Retry-After` still holds).
     Probe,
+    /// An `AUTH_SESSION` named an account after a flush stopped signed out (r3): a
+    /// person just signed in, so it may go before the exponential backoff.
+    SignIn,
 }
 
 impl Trigger {
@@ -165,6 +168,7 @@ mod tests {
             Trigger::Recovery,
             Trigger::Retry,
             Trigger::Probe,
+            Trigger::SignIn,
         ] {
             assert!(!b.may_flush(t, 5_999), "{t:?}");
             assert!(b.may_flush(t, 6_000), "{t:?}");

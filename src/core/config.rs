@@ -21,7 +21,13 @@ pub struct Config {
     /// A JavaScript regular expression matched against a record's path (relative to the
     /// API base); capture group 1 is the workspace.
     pub workspace_pattern: String,
-    pub db_name: String,
+    /// The IndexedDB database. `None` (the default): `sw-outbox` for the first
+    /// registration of the origin that opens it (an existing install keeps its queue,
+    /// whatever its scope), `sw-outbox:<scope path>` for any other, so two registrations
+    /// never share a database unless configured to (contract 3, r3). Set in every
+    /// registration that is to share one: a worker whose `dbName` is configured reads the
+    /// database's generation before each use of its cached view (contract 8).
+    pub db_name: Option<String>,
     pub sync_tag: String,
     pub attempt_timeout_ms: u32,
     pub max_body_bytes: u32,
@@ -65,7 +71,7 @@ impl Default for Config {
             expected_account_header: "X-PM-Expected-Account".into(),
             csrf_header: "X-CSRF-Token".into(),
             workspace_pattern: r"^/projects/([^/?#]+)".into(),
-            db_name: "sw-outbox".into(),
+            db_name: None,
             sync_tag: "sw-outbox".into(),
             attempt_timeout_ms: 15_000,
             max_body_bytes: 1024 * 1024,
@@ -85,6 +91,21 @@ impl Default for Config {
             build: "dev".into(),
         }
     }
+}
+
+/// The default database of the origin's first registration (contract 3).
+pub const DEFAULT_DB_NAME: &str = "sw-outbox";
+
+/// The default database of a registration that finds [`DEFAULT_DB_NAME`] claimed by
+/// another scope of the origin: named after its own scope's path.
+pub fn scoped_db_name(scope_path: &str) -> String {
+    format!("{DEFAULT_DB_NAME}:{scope_path}")
+}
+
+/// Whether a registration (scope `me`) may use the default database, which records the
+/// scope that claimed it first (`owner`; `None`: not claimed yet, so it claims it now).
+pub fn owns_default_db(owner: Option<&str>, me: &str) -> bool {
+    owner.is_none_or(|o| o == me)
 }
 
 /// The page headers a replay carries by default (contract 4.4): the conditional-request
@@ -162,8 +183,8 @@ impl Config {
                 "must be a same-origin path starting with '/'",
             );
         }
-        if self.db_name.is_empty() {
-            return bad("dbName", "must not be empty");
+        if self.db_name.as_deref() == Some("") {
+            return bad("dbName", "must not be empty (null: the default)");
         }
         if self.sync_tag.is_empty() {
             return bad("syncTag", "must not be empty");
@@ -281,8 +302,24 @@ mod tests {
         let c: Config =
             serde_json::from_str(r#"{"attemptTimeoutMs":500,"dbName":"t"}"#).expect("parses");
         assert_eq!(c.attempt_timeout_ms, 500);
-        assert_eq!(c.db_name, "t");
+        assert_eq!(c.db_name.as_deref(), Some("t"));
         assert_eq!(c.sync_tag, "sw-outbox");
+    }
+
+    #[test]
+    fn two_scopes_get_two_databases_unless_configured_to_share() {
+        assert_eq!(Config::default().db_name, None);
+        let root = "https://app.example/";
+        let sub = "https://app.example/admin/";
+        // An install that had the default keeps it (its scope claims it, or claimed it).
+        assert!(owns_default_db(None, sub));
+        assert!(owns_default_db(Some(root), root));
+        // A second scope of the origin gets a database of its own.
+        assert!(!owns_default_db(Some(root), sub));
+        assert_eq!(scoped_db_name("/admin/"), "sw-outbox:/admin/");
+        assert_ne!(scoped_db_name("/admin/"), DEFAULT_DB_NAME);
+        let c: Config = serde_json::from_str(r#"{"dbName":""}"#).expect("parses");
+        assert!(c.validate().is_err());
     }
 
     #[test]

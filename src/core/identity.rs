@@ -46,6 +46,37 @@ pub fn read_identity(status: u16, body: Option<&Value>, csrf_header: Option<&str
     }
 }
 
+/// How much of an identity answer is read for `user.id` (contract 4.1, r3): a large
+/// profile is an answer, not a network failure.
+pub const MAX_IDENTITY_BODY: usize = 1024 * 1024;
+
+/// An identity answer's body as the shell read it, within [`MAX_IDENTITY_BODY`].
+#[derive(Debug, Clone, Copy)]
+pub enum IdentityBody<'a> {
+    /// The whole body, parsed as JSON.
+    Json(&'a Value),
+    /// The whole body, not JSON (or empty).
+    NotJson,
+    /// Longer than [`MAX_IDENTITY_BODY`]: an answer, but one whose account cannot be read.
+    TooLarge,
+}
+
+/// Reads an identity answer whose body may have been too large to read whole. A 200 whose
+/// body could not be read is neither signed in nor signed out: the check answered, and
+/// the flush stops as for any other status (`identity-check`), never as offline.
+pub fn read_identity_answer(
+    status: u16,
+    body: IdentityBody<'_>,
+    csrf_header: Option<&str>,
+) -> Identity {
+    match body {
+        IdentityBody::Json(v) => read_identity(status, Some(v), csrf_header),
+        IdentityBody::NotJson => read_identity(status, None, csrf_header),
+        IdentityBody::TooLarge if status == 200 => Identity::Unavailable { status },
+        IdentityBody::TooLarge => read_identity(status, None, csrf_header),
+    }
+}
+
 /// The longest account id the outbox accepts: it is sent as a header value.
 pub const MAX_ACCOUNT_ID_LEN: usize = 256;
 
@@ -125,6 +156,31 @@ mod tests {
                 Identity::Unavailable { status: s }
             );
         }
+    }
+
+    #[test]
+    fn a_body_too_large_to_read_is_an_answer_whose_account_is_unknown() {
+        assert_eq!(
+            read_identity_answer(200, IdentityBody::TooLarge, Some("t")),
+            Identity::Unavailable { status: 200 },
+            "never signed out for a profile too large to read"
+        );
+        assert_eq!(
+            read_identity_answer(401, IdentityBody::TooLarge, None),
+            Identity::SignedOut
+        );
+        let b = json!({"user":{"id":"alice"},"profile":"x".repeat(900 * 1024)});
+        assert_eq!(
+            read_identity_answer(200, IdentityBody::Json(&b), Some("t")),
+            Identity::SignedIn {
+                user: "alice".into(),
+                csrf: Some("t".into())
+            }
+        );
+        assert_eq!(
+            read_identity_answer(200, IdentityBody::NotJson, None),
+            Identity::SignedOut
+        );
     }
 
     #[test]

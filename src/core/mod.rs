@@ -4,8 +4,10 @@
 
 pub mod answer;
 pub mod backoff;
+pub mod barrier;
 pub mod config;
 pub mod content;
+pub mod delivery;
 pub mod first_attempt;
 pub mod identity;
 pub mod key;

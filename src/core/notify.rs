@@ -93,9 +93,61 @@ pub fn should_notify(trigger: Trigger, windows_open: bool, opted_in: bool, grant
     trigger.is_automatic() && !windows_open && opted_in && granted
 }
 
+/// Whether a notification click may open `url` (given as its origin and path): only on
+/// the worker's own origin exactly, and under `notification_url`'s path at a segment
+/// boundary (`/app` allows `/app`, `/app/x` and `/app?x`, never `/apple`). Any other URL
+/// in a notification's data is not followed: `notificationUrl` itself is opened instead.
+pub fn click_target_allowed(
+    url_origin: &str,
+    url_path: &str,
+    origin: &str,
+    notification_url: &str,
+) -> bool {
+    let prefix = notification_url
+        .split(['?', '#'])
+        .next()
+        .unwrap_or(notification_url);
+    if url_origin != origin || !url_path.starts_with('/') {
+        return false;
+    }
+    match url_path.strip_prefix(prefix) {
+        None => false,
+        Some(rest) => prefix.ends_with('/') || rest.is_empty() || rest.starts_with('/'),
+    }
+}
+
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_click_opens_only_this_origin_under_the_notification_url() {
+        let o = "https://app.example";
+        assert!(click_target_allowed(o, "/", o, "/"));
+        assert!(click_target_allowed(o, "/projects/1", o, "/"));
+        assert!(click_target_allowed(o, "/app", o, "/app"));
+        assert!(click_target_allowed(o, "/app/", o, "/app?tab=2"));
+        assert!(click_target_allowed(o, "/app/inbox", o, "/app"));
+        assert!(
+            !click_target_allowed(o, "/apple", o, "/app"),
+            "a bare prefix"
+        );
+        assert!(!click_target_allowed(o, "/other", o, "/app/"));
+        // An origin that merely starts like this one's is another origin.
+        assert!(!click_target_allowed(
+            "https://app.example.evil.test",
+            "/",
+            o,
+            "/"
+        ));
+        assert!(!click_target_allowed(
+            "https://app.example:8443",
+            "/",
+            o,
+            "/"
+        ));
+        assert!(!click_target_allowed("null", "/", o, "/"));
+    }
 
     fn sent(methods: &[&str]) -> Sent {
         let mut s = Sent::default();

@@ -493,6 +493,21 @@ impl Replay {
         }
     }
 
+    /// Leaves a record out of this flush without stopping it: it waits for the next one,
+    /// queued as it is, and holds back the later records of its lane. For a record that
+    /// may not be sent now though nothing failed: its age cannot be known (a clock behind
+    /// its first send), or it was not found when its lane took it (gone, or no longer
+    /// readable) — never counted as replayed.
+    pub fn hold(&mut self, id: RecordId) {
+        let Some(i) = self.index(id) else { return };
+        match self.progress[i] {
+            Progress::InFlight => self.in_flight -= 1,
+            Progress::Waiting => {}
+            _ => return,
+        }
+        self.progress[i] = Progress::Interrupted;
+    }
+
     /// Ends the flush between records (budget spent, storage failed): no more sends.
     pub fn stop(&mut self) {
         self.stopped = true;
@@ -785,6 +800,33 @@ mod tests {
             vec![],
             "the record waits unchanged, not blocked"
         );
+    }
+
+    #[test]
+    fn a_held_record_waits_uncounted_and_holds_its_lane_only() {
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), Some("a")),
+            rec(3, Some("alice"), Some("b")),
+        ]);
+        // Held before it is handed out (its age cannot be known): never sent.
+        r.hold(RecordId(1));
+        assert_eq!(r.next_sends(4), ids(&[3]), "the other lane goes on");
+        r.on_outcome(RecordId(3), &Verdict::Replayed, None);
+        assert_eq!(r.next_sends(4), ids(&[]), "2 waits behind 1");
+        assert!(!r.is_stopped(), "holding is no stop");
+        assert_eq!(r.replayed(), 1);
+        assert_eq!(r.blocked(), vec![], "waiting, not blocked");
+        // Held once in flight (gone when its lane took it): not counted as replayed.
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("a")),
+            rec(2, Some("alice"), None),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[1]));
+        r.hold(RecordId(1));
+        assert_eq!(r.in_flight(), 0);
+        assert_eq!(r.replayed(), 0);
+        assert_eq!(r.next_sends(4), ids(&[]), "the barrier record waits for it");
     }
 
     #[test]

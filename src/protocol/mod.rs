@@ -5,6 +5,7 @@
 //! always names the field at fault.
 
 use crate::core::content::{base64_decode, present};
+use crate::core::delivery::{Delivery, StopReason};
 use crate::core::identity::{is_account_id, MAX_ACCOUNT_ID_LEN};
 use crate::core::key::IdempotencyKey;
 use crate::core::planner::BlockReason;
@@ -500,6 +501,8 @@ pub enum Outgoing {
     #[serde(rename = "QUEUE_STATE", rename_all = "camelCase")]
     QueueState {
         records: Vec<ListedRecord>,
+        /// Why the last flush stopped, when the next is due, when the last one ran (r3).
+        delivery: Delivery,
         #[serde(skip_serializing_if = "Option::is_none")]
         request_id: Option<Value>,
     },
@@ -516,8 +519,17 @@ pub enum Outgoing {
     Blocked { blocked: Vec<BlockedEntry> },
     #[serde(rename = "MUTATIONS_REPLAYED")]
     Replayed { count: u64 },
-    #[serde(rename = "MUTATIONS_PARTIAL")]
-    Partial { replayed: u64, remaining: u64 },
+    /// `stopped_by`: why the flush stopped before the queue was drained (`None`: it was
+    /// not stopped; what remains waits for a person, or was left to be tried again);
+    /// `retry_at`: when the next automatic attempt runs (`None`: a trigger is awaited,
+    /// or nothing will be tried without one). Contract 5, r3.
+    #[serde(rename = "MUTATIONS_PARTIAL", rename_all = "camelCase")]
+    Partial {
+        replayed: u64,
+        remaining: u64,
+        stopped_by: Option<StopReason>,
+        retry_at: Option<u64>,
+    },
     #[serde(rename = "MUTATION_QUEUED", rename_all = "camelCase")]
     Queued {
         id: RecordId,
@@ -551,20 +563,27 @@ impl Outgoing {
 
     /// The report after a flush: drained only when the queue was re-read and is empty.
     /// `remaining` is `None` when the queue could not be re-read; `estimate` is then
-    /// what is known to remain.
-    pub fn flush_summary(replayed: usize, remaining: Option<usize>, estimate: usize) -> Outgoing {
+    /// what is known to remain. A partial one says why the flush stopped and when the
+    /// next attempt is due.
+    pub fn flush_summary(
+        replayed: usize,
+        remaining: Option<usize>,
+        estimate: usize,
+        stopped_by: Option<StopReason>,
+        retry_at: Option<u64>,
+    ) -> Outgoing {
+        let partial = |remaining: usize| Outgoing::Partial {
+            replayed: replayed as u64,
+            remaining: remaining as u64,
+            stopped_by,
+            retry_at,
+        };
         match remaining {
             Some(0) => Outgoing::Replayed {
                 count: replayed as u64,
             },
-            Some(m) => Outgoing::Partial {
-                replayed: replayed as u64,
-                remaining: m as u64,
-            },
-            None => Outgoing::Partial {
-                replayed: replayed as u64,
-                remaining: estimate.max(1) as u64,
-            },
+            Some(m) => partial(m),
+            None => partial(estimate.max(1)),
         }
     }
 }
@@ -977,17 +996,37 @@ mod tests {
             json!({"type":"MUTATIONS_BLOCKED","blocked":[{"id":3,"method":"POST","path":"/notes","ownerId":null,"workspace":null,"state":"queued","reason":"unknown-owner"}]})
         );
         assert_eq!(
-            serde_json::to_value(Outgoing::flush_summary(2, Some(0), 0)).expect("ok"),
+            serde_json::to_value(Outgoing::flush_summary(2, Some(0), 0, None, None)).expect("ok"),
             json!({"type":"MUTATIONS_REPLAYED","count":2})
         );
         assert_eq!(
-            serde_json::to_value(Outgoing::flush_summary(2, Some(3), 0)).expect("ok"),
-            json!({"type":"MUTATIONS_PARTIAL","replayed":2,"remaining":3})
+            serde_json::to_value(Outgoing::flush_summary(2, Some(3), 0, None, None)).expect("ok"),
+            json!({"type":"MUTATIONS_PARTIAL","replayed":2,"remaining":3,"stoppedBy":null,"retryAt":null})
         );
         assert_eq!(
-            serde_json::to_value(Outgoing::flush_summary(2, None, 0)).expect("ok"),
-            json!({"type":"MUTATIONS_PARTIAL","replayed":2,"remaining":1}),
+            serde_json::to_value(Outgoing::flush_summary(
+                2,
+                None,
+                0,
+                Some(StopReason::Storage),
+                Some(9)
+            ))
+            .expect("ok"),
+            json!({"type":"MUTATIONS_PARTIAL","replayed":2,"remaining":1,"stoppedBy":"storage","retryAt":9}),
             "an unreadable queue is never claimed drained"
+        );
+        assert_eq!(
+            serde_json::to_value(Outgoing::QueueState {
+                records: Vec::new(),
+                delivery: Delivery {
+                    stopped_by: Some(StopReason::SignedOut),
+                    retry_at: None,
+                    last_attempt_at: Some(5),
+                },
+                request_id: None,
+            })
+            .expect("ok"),
+            json!({"type":"QUEUE_STATE","records":[],"delivery":{"stoppedBy":"signed-out","retryAt":null,"lastAttemptAt":5}})
         );
     }
 }

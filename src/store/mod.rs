@@ -52,6 +52,10 @@ pub const BODIES: &str = "bodies";
 pub const SESSION: &str = "session";
 const SESSION_KEY: &str = "current";
 const BACKOFF_KEY: &str = "backoff";
+/// Why the last flush stopped and when the next is due (`core::delivery::Delivery`).
+const DELIVERY_KEY: &str = "delivery";
+/// The scope that claimed the default database (`core::config::owns_default_db`).
+const SCOPE_KEY: &str = "scope";
 const GENERATION_KEY: &str = "generation";
 /// `notify:<userId>` holds one account's delivery-notification choice.
 const NOTIFY_PREFIX: &str = "notify:";
@@ -299,6 +303,38 @@ async fn bump(session: &IdbObjectStore, clear: bool) -> Result<Generation, IdbEr
     Ok(before)
 }
 
+/// What a read-write transaction's work decided: keep what it wrote, or end without
+/// writing anything (a stale view, nothing to change).
+enum TxEnd<T> {
+    Commit(T),
+    Abort(T),
+}
+
+/// Ends a read-write transaction after its work: committed when the work succeeded and
+/// asked for it; aborted when it asked for that, or when it failed midway — a request
+/// that could not even be made (a value that cannot be cloned, a closed database) after
+/// others were must never let the transaction commit part of the work (issue 27, 7).
+async fn finish<T>(
+    tx: &IdbTransaction,
+    committed: idb::TransactionFuture,
+    work: Result<TxEnd<T>, IdbError>,
+) -> Result<T, IdbError> {
+    match work {
+        Ok(TxEnd::Commit(v)) => {
+            committed.await?;
+            Ok(v)
+        }
+        Ok(TxEnd::Abort(v)) => {
+            let _ = tx.abort();
+            Ok(v)
+        }
+        Err(e) => {
+            let _ = tx.abort();
+            Err(e)
+        }
+    }
+}
+
 impl Store {
     /// Opens (creating or upgrading) the database. Older databases keep every record:
     /// the upgrade rewrites each one in the version-change transaction.
@@ -331,6 +367,32 @@ impl Store {
 
     pub fn close(&self) {
         self.db.close();
+    }
+
+    /// Claims the database for the registration of scope `me` unless another scope
+    /// claimed it first: whether `me` may use it. Read and written in one transaction,
+    /// so two registrations starting at once cannot both claim it.
+    pub async fn claim(&self, me: &str) -> Result<bool, IdbError> {
+        let tx = self.tx(&[SESSION], IdbTransactionMode::Readwrite, true)?;
+        let committed = done(&tx);
+        let work = async {
+            let store = Self::store(&tx, SESSION)?;
+            let v = request(store.get(&SCOPE_KEY.into()).map_err(failed)?).await?;
+            let owner = Reflect::get(&v, &"scope".into())
+                .ok()
+                .and_then(|s| s.as_string());
+            if owner.is_some() {
+                let mine = crate::core::config::owns_default_db(owner.as_deref(), me);
+                return Ok(TxEnd::Abort(mine));
+            }
+            let claim = Object::new();
+            Reflect::set(&claim, &"key".into(), &SCOPE_KEY.into()).map_err(failed)?;
+            Reflect::set(&claim, &"scope".into(), &me.into()).map_err(failed)?;
+            request(store.put(&claim).map_err(failed)?).await?;
+            Ok(TxEnd::Commit(true))
+        }
+        .await;
+        finish(&tx, committed, work).await
     }
 
     pub fn patterns(&self) -> &dyn Patterns {
@@ -439,18 +501,35 @@ impl Store {
             true,
         )?;
         let committed = done(&tx);
-        let store = Self::store(&tx, MUTATIONS)?;
-        let bodies = Self::store(&tx, BODIES)?;
-        let session = Self::store(&tx, SESSION)?;
+        let work = self.enqueue_in(&tx, batch, max_records, expected).await;
+        let (before, keys) = finish(&tx, committed, work).await?;
+        let out = keys
+            .into_iter()
+            .map(|k| {
+                k.and_then(|key| record_id(&key).ok_or(EnqueueFailure::Storage("bad key".into())))
+            })
+            .collect();
+        Ok((before, out))
+    }
+
+    /// The requests of [`Store::enqueue`], inside its transaction.
+    #[allow(clippy::type_complexity)]
+    async fn enqueue_in(
+        &self,
+        tx: &IdbTransaction,
+        batch: &[&Pending],
+        max_records: u32,
+        expected: &dyn Fn() -> Option<u64>,
+    ) -> Result<TxEnd<(Option<Generation>, Vec<Result<JsValue, EnqueueFailure>>)>, IdbError> {
+        let store = Self::store(tx, MUTATIONS)?;
+        let bodies = Self::store(tx, BODIES)?;
+        let session = Self::store(tx, SESSION)?;
         let count = request(store.count().map_err(failed)?);
         let before = bump(&session, false).await?;
         let count = count.await?.as_f64().unwrap_or(0.0) as u64;
         if expected() != Some(before.n) {
-            let _ = tx.abort();
-            return Ok((
-                None,
-                batch.iter().map(|_| Err(EnqueueFailure::Stale)).collect(),
-            ));
+            let stale = batch.iter().map(|_| Err(EnqueueFailure::Stale)).collect();
+            return Ok(TxEnd::Abort((None, stale)));
         }
         let mut room = (max_records as u64).saturating_sub(count);
         let mut adds = Vec::with_capacity(batch.len());
@@ -471,11 +550,8 @@ impl Store {
         }
         if adds.iter().all(Result::is_err) {
             // Nothing to write: end the transaction rather than wait for it.
-            let _ = tx.abort();
-            return Ok((
-                None,
-                adds.into_iter().map(|a| a.map(|_| RecordId(0))).collect(),
-            ));
+            let none = adds.into_iter().map(|a| a.map(|_| JsValue::NULL)).collect();
+            return Ok(TxEnd::Abort((None, none)));
         }
         let mut keys = Vec::with_capacity(adds.len());
         let mut bodies_left = held.into_iter();
@@ -492,14 +568,7 @@ impl Store {
                 }
             });
         }
-        committed.await?;
-        let out = keys
-            .into_iter()
-            .map(|k| {
-                k.and_then(|key| record_id(&key).ok_or(EnqueueFailure::Storage("bad key".into())))
-            })
-            .collect();
-        Ok((Some(before), out))
+        Ok(TxEnd::Commit((Some(before), keys)))
     }
 
     /// Every stored record's metadata in id order, read as records or reported corrupt,
@@ -564,17 +633,9 @@ impl Store {
         };
         let tx = self.tx(names, IdbTransactionMode::Readwrite, strict)?;
         let committed = done(&tx);
-        match self.steps_in(&tx, steps, deletes).await {
-            Ok(out) => {
-                committed.await?;
-                Ok(out)
-            }
-            Err(e) => {
-                // Nothing of a batch that failed midway is kept.
-                let _ = tx.abort();
-                Err(e)
-            }
-        }
+        // Nothing of a batch that failed midway is kept.
+        let work = self.steps_in(&tx, steps, deletes).await.map(TxEnd::Commit);
+        finish(&tx, committed, work).await
     }
 
     async fn steps_in(
@@ -708,18 +769,19 @@ impl Store {
     ) -> Result<bool, IdbError> {
         let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readwrite, false)?;
         let committed = done(&tx);
-        let store = Self::store(&tx, MUTATIONS)?;
-        let key = key_of(id);
-        let value = request(store.get(&key).map_err(failed)?).await?;
-        if !value.is_object() {
-            let _ = tx.abort();
-            return Ok(false);
+        let work = async {
+            let store = Self::store(&tx, MUTATIONS)?;
+            let value = request(store.get(&key_of(id)).map_err(failed)?).await?;
+            if !value.is_object() {
+                return Ok(TxEnd::Abort(false));
+            }
+            let patch: Object = to_js(fields)?.unchecked_into();
+            Object::assign(value.unchecked_ref(), &patch);
+            request(store.put(&value).map_err(failed)?).await?;
+            Ok(TxEnd::Commit(true))
         }
-        let patch: Object = to_js(fields)?.unchecked_into();
-        Object::assign(value.unchecked_ref(), &patch);
-        request(store.put(&value).map_err(failed)?).await?;
-        committed.await?;
-        Ok(true)
+        .await;
+        finish(&tx, committed, work).await
     }
 
     /// Deletes a record and its body. Returns the generation the change applied to.
@@ -745,16 +807,19 @@ impl Store {
     ) -> Result<Option<Generation>, IdbError> {
         let tx = self.tx(&[SESSION], IdbTransactionMode::Readwrite, true)?;
         let committed = done(&tx);
-        let store = Self::store(&tx, SESSION)?;
-        let put = request(store.put(value).map_err(failed)?);
-        let before = if bump_it {
-            Some(bump(&store, false).await?)
-        } else {
-            None
-        };
-        put.await?;
-        committed.await?;
-        Ok(before)
+        let work = async {
+            let store = Self::store(&tx, SESSION)?;
+            let put = request(store.put(value).map_err(failed)?);
+            let before = if bump_it {
+                Some(bump(&store, false).await?)
+            } else {
+                None
+            };
+            put.await?;
+            Ok(TxEnd::Commit(before))
+        }
+        .await;
+        finish(&tx, committed, work).await
     }
 
     /// The account of the last `AUTH_SESSION` (`None`: signed out or never told).
@@ -788,6 +853,45 @@ impl Store {
         self.put_session_value(&v, false).await.map(drop)
     }
 
+    /// Why the last flush stopped and when the next is due, as the last flush stored it
+    /// (a restarted worker answers `LIST_QUEUE` with it).
+    pub async fn delivery(&self) -> Result<crate::core::delivery::Delivery, IdbError> {
+        let v = self.get_session_value(DELIVERY_KEY).await?;
+        if !v.is_object() {
+            return Ok(Default::default());
+        }
+        Ok(crate::js::from_value(v).unwrap_or_default())
+    }
+
+    /// Stores how a flush ended: the delivery state, and the backoff when it changed, in
+    /// one transaction; strict when the backoff is in it (a `Retry-After` must outlive a
+    /// restart), the browser's default otherwise (a lost delivery state only reports the
+    /// flush before).
+    pub async fn set_flush_end(
+        &self,
+        backoff: Option<&crate::core::backoff::Backoff>,
+        delivery: &crate::core::delivery::Delivery,
+    ) -> Result<(), IdbError> {
+        let tx = self.tx(&[SESSION], IdbTransactionMode::Readwrite, backoff.is_some())?;
+        let committed = done(&tx);
+        let result = async {
+            let store = Self::store(&tx, SESSION)?;
+            let d = to_js(delivery)?;
+            Reflect::set(&d, &"key".into(), &DELIVERY_KEY.into()).map_err(failed)?;
+            let put = request(store.put(&d).map_err(failed)?);
+            if let Some(b) = backoff {
+                let v = to_js(b)?;
+                Reflect::set(&v, &"key".into(), &BACKOFF_KEY.into()).map_err(failed)?;
+                request(store.put(&v).map_err(failed)?).await?;
+            }
+            put.await
+        }
+        .await;
+        finish(&tx, committed, result.map(TxEnd::Commit))
+            .await
+            .map(drop)
+    }
+
     /// Whether `user` opted in to delivery notifications on this device. Read from the
     /// database at every use, never cached.
     pub async fn notifications_enabled(&self, user: &str) -> Result<bool, IdbError> {
@@ -816,8 +920,12 @@ impl Store {
     pub async fn put_raw_for_tests(&self, value: &JsValue) -> Result<(), IdbError> {
         let tx = self.tx(&[MUTATIONS], IdbTransactionMode::Readwrite, false)?;
         let committed = done(&tx);
-        request(Self::store(&tx, MUTATIONS)?.put(value).map_err(failed)?).await?;
-        committed.await
+        let work = async {
+            request(Self::store(&tx, MUTATIONS)?.put(value).map_err(failed)?).await?;
+            Ok(TxEnd::Commit(()))
+        }
+        .await;
+        finish(&tx, committed, work).await
     }
 
     /// Deletes every record, every body, the session, the backoff and the notification
@@ -830,18 +938,27 @@ impl Store {
             true,
         )?;
         let committed = done(&tx);
-        let mutations = Self::store(&tx, MUTATIONS)?;
-        let session = Self::store(&tx, SESSION)?;
-        let count = request(mutations.count().map_err(failed)?);
-        let gen = request(session.get(&GENERATION_KEY.into()).map_err(failed)?);
-        let n = count.await?.as_f64().unwrap_or(0.0) as u64;
-        let before = Generation::read(&gen.await?);
-        mutations.clear().map_err(failed)?;
-        Self::store(&tx, BODIES)?.clear().map_err(failed)?;
-        session.clear().map_err(failed)?;
-        request(session.put(&before.next(true).to_js()?).map_err(failed)?).await?;
-        committed.await?;
-        Ok((n, before))
+        let work = async {
+            let mutations = Self::store(&tx, MUTATIONS)?;
+            let session = Self::store(&tx, SESSION)?;
+            let count = request(mutations.count().map_err(failed)?);
+            let gen = request(session.get(&GENERATION_KEY.into()).map_err(failed)?);
+            let claim = request(session.get(&SCOPE_KEY.into()).map_err(failed)?);
+            let n = count.await?.as_f64().unwrap_or(0.0) as u64;
+            let before = Generation::read(&gen.await?);
+            let claim = claim.await?;
+            mutations.clear().map_err(failed)?;
+            Self::store(&tx, BODIES)?.clear().map_err(failed)?;
+            session.clear().map_err(failed)?;
+            // Which registration the database belongs to is no account's data: kept.
+            if claim.is_object() {
+                session.put(&claim).map_err(failed)?;
+            }
+            request(session.put(&before.next(true).to_js()?).map_err(failed)?).await?;
+            Ok(TxEnd::Commit((n, before)))
+        }
+        .await;
+        finish(&tx, committed, work).await
     }
 
     /// Runs `change` over every stored value in one readwrite transaction: it returns
@@ -863,8 +980,22 @@ impl Store {
             true,
         )?;
         let committed = done(&tx);
-        let store = Self::store(&tx, MUTATIONS)?;
-        let bodies = Self::store(&tx, BODIES)?;
+        let work = self.rewrite_in(&tx, only, &mut change).await;
+        finish(&tx, committed, work).await
+    }
+
+    /// The requests of [`Store::rewrite_where`], inside its transaction.
+    async fn rewrite_in<F>(
+        &self,
+        tx: &IdbTransaction,
+        only: Option<RecordId>,
+        change: &mut F,
+    ) -> Result<TxEnd<(u64, Option<Generation>)>, IdbError>
+    where
+        F: FnMut(&QueueItem) -> Rewrite,
+    {
+        let store = Self::store(tx, MUTATIONS)?;
+        let bodies = Self::store(tx, BODIES)?;
         let req = match only {
             None => store.open_cursor(),
             Some(id) => web_sys::IdbKeyRange::only(&key_of(id))
@@ -910,56 +1041,81 @@ impl Store {
             }
             cursor.continue_().map_err(failed)?;
         }
-        let before = if affected > 0 {
-            Some(bump(&Self::store(&tx, SESSION)?, false).await?)
-        } else {
-            let _ = tx.abort();
-            return Ok((0, None));
-        };
-        committed.await?;
-        Ok((affected, before))
+        if affected == 0 {
+            return Ok(TxEnd::Abort((0, None)));
+        }
+        let before = bump(&Self::store(tx, SESSION)?, false).await?;
+        Ok(TxEnd::Commit((affected, Some(before))))
     }
 
     /// Gives every value stored under a key that is not a record id (not written by
     /// the outbox) a fresh id, marked so that it reads as `corrupt-record`: kept,
     /// listed, reported and discardable like any corrupt record, instead of counted
-    /// but invisible. Returns how many were moved.
+    /// but invisible. The ids are chosen here, after the highest record id, or in a gap
+    /// below it, never by the key generator: a foreign key at or past 2^53 exhausts the
+    /// generator, and the value that did it must still be re-keyed (issue 27, 8).
+    /// Returns how many were moved.
     pub async fn rekey_foreign(&self) -> Result<usize, IdbError> {
         let tx = self.tx(&[MUTATIONS, SESSION], IdbTransactionMode::Readwrite, true)?;
         let committed = done(&tx);
-        let store = Self::store(&tx, MUTATIONS)?;
+        let work = self.rekey_in(&tx).await;
+        finish(&tx, committed, work).await
+    }
+
+    /// The requests of [`Store::rekey_foreign`], inside its transaction.
+    async fn rekey_in(&self, tx: &IdbTransaction) -> Result<TxEnd<usize>, IdbError> {
+        let store = Self::store(tx, MUTATIONS)?;
         let req = store.open_cursor().map_err(failed)?;
         let (mut steps, _handlers) = cursor_steps(&req);
         let mut moved = Vec::new();
+        let mut used = std::collections::BTreeSet::new();
         while let Some(step) = next(&mut steps).await {
             let Some(cursor) = step? else { break };
             let key = cursor.primary_key().map_err(failed)?;
-            if record_id(&key).is_none() {
-                let value = cursor.value().map_err(failed)?;
-                cursor.delete().map_err(failed)?;
-                moved.push((key, value));
+            match record_id(&key) {
+                Some(id) => {
+                    used.insert(id.0);
+                }
+                None => {
+                    let value = cursor.value().map_err(failed)?;
+                    cursor.delete().map_err(failed)?;
+                    moved.push((key, value));
+                }
             }
             cursor.continue_().map_err(failed)?;
         }
+        if moved.is_empty() {
+            return Ok(TxEnd::Abort(0));
+        }
+        let mut free = free_ids(&used);
         for (key, value) in &moved {
+            let id = free
+                .next()
+                .ok_or_else(|| IdbError::Failed("no record id is free".into()))?;
             upgrade::mark_foreign(value, key)?;
+            Reflect::set(value, &"id".into(), &key_of(RecordId(id))).map_err(failed)?;
             request(store.add(value).map_err(failed)?).await?;
         }
-        if moved.is_empty() {
-            let _ = tx.abort();
-            return Ok(0);
-        }
-        bump(&Self::store(&tx, SESSION)?, false).await?;
-        committed.await?;
-        Ok(moved.len())
+        bump(&Self::store(tx, SESSION)?, false).await?;
+        Ok(TxEnd::Commit(moved.len()))
     }
 }
 
+/// Record ids not in `used`: after the highest one first (the re-keyed values come after
+/// every record), then the gaps from 1 up, never past 2^53 - 1.
+fn free_ids(used: &std::collections::BTreeSet<u64>) -> impl Iterator<Item = u64> + '_ {
+    let top = used.last().copied().unwrap_or(0);
+    (top.saturating_add(1)..=MAX_SAFE_INTEGER).chain((1..top).filter(move |i| !used.contains(i)))
+}
+
+/// The persisted account, re-validated as it is read: a session stored before account
+/// ids were checked (r2) that cannot be sent as a header value is no session (issue 27,
+/// 9): header-less writes are then unknown-owner instead of failing on the header.
 fn session_user_of(v: &JsValue) -> Option<String> {
     Reflect::get(v, &"userId".into())
         .ok()
         .and_then(|u| u.as_string())
-        .filter(|u| !u.is_empty())
+        .filter(|u| crate::core::identity::is_account_id(u))
 }
 
 /// What [`Store::rewrite_where`] does with one stored value.

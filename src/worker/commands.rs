@@ -2,7 +2,7 @@
 //! answered to its sender.
 
 use super::clients::{self, ReplyTo};
-use super::http::identity;
+use super::http::{identity, IdentityAnswer};
 use super::{absolute, flush, Inner, Trigger};
 use crate::core::identity::confirms;
 use crate::core::key::IdempotencyKey;
@@ -31,15 +31,33 @@ pub async fn handle(inner: &Rc<Inner>, event: &ExtendableMessageEvent) {
         Ok(env) => env,
         Err(refusal) => return reply.send(&refusal.result()),
     };
-    let (answer, then_flush) = run(inner, &env).await;
+    // An AUTH_SESSION stops replays from its arrival until it is persisted and the
+    // account is named again (r3, 4.5 end).
+    let changing =
+        matches!(env.command, Command::AuthSession { .. }).then(|| inner.session_changing());
+    let (answer, then_flush) = run(inner, &env, event).await;
+    drop(changing);
     reply.send(&answer);
-    if then_flush {
-        flush::request(inner, Trigger::Recovery).await;
+    if let Some(trigger) = then_flush {
+        let outcome = flush::request(inner, trigger).await;
+        keep_alive(event, &outcome);
     }
 }
 
-/// Runs one command; returns its answer and whether a flush follows.
-async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
+/// Keeps the command's event (still open: `sw.js` waits for this handler) alive for the
+/// retry its flush scheduled, when that is near.
+fn keep_alive(event: &ExtendableMessageEvent, outcome: &flush::FlushOutcome) {
+    if let Some(p) = &outcome.keep_alive {
+        let _ = event.wait_until(p);
+    }
+}
+
+/// Runs one command; returns its answer and the flush that follows, if one does.
+async fn run(
+    inner: &Rc<Inner>,
+    env: &Envelope,
+    event: &ExtendableMessageEvent,
+) -> (Outgoing, Option<Trigger>) {
     match &env.command {
         Command::AuthSession { user } => {
             let seq = inner.session_arrived(user.clone());
@@ -47,23 +65,24 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
             match inner.store.set_session_user(user.as_deref()).await {
                 Ok(before) => {
                     inner.session_settled_as(seq, user.clone(), Some(before));
-                    (Outgoing::ok(env, None), false)
+                    (Outgoing::ok(env, None), after_sign_in(inner, user).await)
                 }
                 Err(e) => {
                     inner.session_settled_as(seq, user.clone(), None);
                     (
                         Outgoing::failed(env, format!("the session could not be stored: {e}")),
-                        false,
+                        None,
                     )
                 }
             }
         }
-        Command::AbortWrite { key } => (Outgoing::ok(env, Some(inner.abort_attempts(key))), false),
+        Command::AbortWrite { key } => (Outgoing::ok(env, Some(inner.abort_attempts(key))), None),
         Command::FlushQueue => {
             let out = flush::request(inner, Trigger::Page).await;
+            keep_alive(event, &out);
             match out.not_run {
-                None => (Outgoing::ok(env, Some(out.replayed as u64)), false),
-                Some(why) => (Outgoing::failed(env, why), false),
+                None => (Outgoing::ok(env, Some(out.replayed as u64)), None),
+                Some(why) => (Outgoing::failed(env, why), None),
             }
         }
         Command::ListQueue => {
@@ -82,17 +101,24 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                             QueueItem::Corrupt(id, _) => ListedRecord::corrupt(*id),
                         })
                         .collect();
+                    // As the last flush stored it: a restarted worker answers it too.
+                    let delivery = if items.is_empty() {
+                        Default::default()
+                    } else {
+                        inner.store.delivery().await.unwrap_or_default()
+                    };
                     (
                         Outgoing::QueueState {
                             records,
+                            delivery,
                             request_id: env.request_id.clone(),
                         },
-                        false,
+                        None,
                     )
                 }
                 Err(e) => (
                     Outgoing::failed(env, format!("the queue could not be read: {e}")),
-                    false,
+                    None,
                 ),
             }
         }
@@ -114,11 +140,11 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                         blocked: Vec::new(),
                     })
                     .await;
-                    (Outgoing::ok(env, Some(n)), false)
+                    (Outgoing::ok(env, Some(n)), None)
                 }
                 Err(e) => (
                     Outgoing::failed(env, format!("the device could not be cleared: {e}")),
-                    false,
+                    None,
                 ),
             }
         }
@@ -131,14 +157,14 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                         env,
                         format!("{user} is not the account of the last AUTH_SESSION"),
                     ),
-                    false,
+                    None,
                 );
             }
             match inner.store.set_notifications(user, *enabled).await {
-                Ok(()) => (Outgoing::ok(env, None), false),
+                Ok(()) => (Outgoing::ok(env, None), None),
                 Err(e) => (
                     Outgoing::failed(env, format!("the choice could not be stored: {e}")),
-                    false,
+                    None,
                 ),
             }
         }
@@ -150,8 +176,11 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                 }))
                 .await;
             match out {
-                Ok(n) => (Outgoing::ok(env, Some(n)), n > 0),
-                Err(why) => (Outgoing::failed(env, why), false),
+                Ok(n) => (
+                    Outgoing::ok(env, Some(n)),
+                    (n > 0).then_some(Trigger::Recovery),
+                ),
+                Err(why) => (Outgoing::failed(env, why), None),
             }
         }
         Command::RecoverRecord {
@@ -168,8 +197,8 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                 }))
                 .await;
             match out {
-                Ok(()) => (Outgoing::ok(env, Some(1)), true),
-                Err(why) => (Outgoing::failed(env, why), false),
+                Ok(()) => (Outgoing::ok(env, Some(1)), Some(Trigger::Recovery)),
+                Err(why) => (Outgoing::failed(env, why), None),
             }
         }
         Command::ReadRecord { id, owner } => {
@@ -183,27 +212,44 @@ async fn run(inner: &Rc<Inner>, env: &Envelope) -> (Outgoing, bool) {
                         record,
                         request_id: env.request_id.clone(),
                     },
-                    false,
+                    None,
                 ),
-                Err(why) => (Outgoing::failed(env, why), false),
+                Err(why) => (Outgoing::failed(env, why), None),
             }
         }
     }
 }
 
+/// After an `AUTH_SESSION` was persisted: a flush when it names an account and the last
+/// flush stopped because nobody was signed in (or a replay was refused as such). Such a
+/// stop has no timer (`core::delivery`, `retryAt` null); this is the trigger it awaits.
+async fn after_sign_in(inner: &Inner, user: &Option<String>) -> Option<Trigger> {
+    user.as_ref()?;
+    let delivery = inner.store.delivery().await.ok()?;
+    delivery
+        .stopped_by
+        .is_some_and(|s| s.awaits_trigger())
+        .then_some(Trigger::SignIn)
+}
+
 /// A fresh identity check naming `owner` as the expected account.
 async fn verify(inner: &Rc<Inner>, owner: &str) -> Result<(), String> {
-    let url = absolute(&inner.config.auth_me_path);
-    let expected = Some((inner.config.expected_account_header.as_str(), owner));
-    let checked = identity(&url, expected, inner.config.attempt_timeout_ms).await;
-    match &checked {
-        Some(_) => inner.network_answered(),
-        None => inner.network_failed(),
+    let cfg = &inner.config;
+    let url = absolute(&cfg.auth_me_path);
+    let expected = Some((cfg.expected_account_header.as_str(), owner));
+    let checked = identity(&url, expected, cfg.attempt_timeout_ms, &cfg.csrf_header).await;
+    if checked.network_answered() {
+        inner.network_answered();
+    } else {
+        inner.network_failed();
     }
-    match checked {
-        Some(id) if confirms(&id, owner) => Ok(()),
-        Some(_) => Err(format!("{owner} is not the signed-in account")),
-        None => Err("the identity check failed: offline".into()),
+    match (&checked, checked.identity()) {
+        (_, Some(id)) if confirms(id, owner) => Ok(()),
+        (_, Some(_)) => Err(format!("{owner} is not the signed-in account")),
+        (IdentityAnswer::Stalled, None) => {
+            Err("the identity check failed: its answer did not arrive in time".into())
+        }
+        _ => Err("the identity check failed: offline".into()),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use super::batcher::Stored;
 use super::http::{fetch_request, header, json_response, send};
-use super::{clients, describe, now_ms, scope, Inner};
+use super::{clients, now_ms, scope, Inner};
 use crate::core::first_attempt::{
     capture_owner, check_queueable, choose_key, NotQueued, SyntheticAnswer,
 };
@@ -12,7 +12,7 @@ use crate::core::record::{Credentials, NewRecord, WriteParts};
 use crate::core::route::{classify, RequestKind};
 use crate::protocol::Outgoing;
 use crate::store::{EnqueueFailure, Pending};
-use js_sys::{Reflect, Uint8Array};
+use js_sys::Uint8Array;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -31,6 +31,19 @@ pub fn locate(request: &Request) -> Option<(bool, String)> {
         url.origin() == here,
         format!("{}{}", url.pathname(), url.search()),
     ))
+}
+
+/// Whether a request is to an auth route (contract 1), decided synchronously.
+pub fn is_auth_route(inner: &Inner, request: &Request) -> bool {
+    locate(request).is_some_and(|(same_origin, path)| {
+        classify(
+            &request.method(),
+            same_origin,
+            &path,
+            &inner.config,
+            &*inner.patterns,
+        ) == RequestKind::AuthRoute
+    })
 }
 
 pub async fn handle(
@@ -259,7 +272,7 @@ async fn write(
             };
             // The sync is registered before the 202 (as the contract lists it); the
             // report follows the answer.
-            register_sync(&cfg.sync_tag).await;
+            super::retry::register_sync(&cfg.sync_tag).await;
             if let (Some(retry), Some(e)) = (inner.retry_soon(), event) {
                 // Without Background Sync the worker retries itself; this event keeps it
                 // alive for the first retry.
@@ -302,29 +315,5 @@ async fn after_answer(
     let kept = event.is_some_and(|e| e.wait_until(&done).is_ok());
     if !kept {
         let _ = JsFuture::from(done).await;
-    }
-}
-
-/// Registers a Background Sync where the API exists (Chromium); elsewhere the other
-/// triggers carry the replay.
-async fn register_sync(tag: &str) {
-    let registration = scope().registration();
-    let Ok(sync) = Reflect::get(&registration, &"sync".into()) else {
-        return;
-    };
-    let Some(register) = Reflect::get(&sync, &"register".into())
-        .ok()
-        .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
-    else {
-        return;
-    };
-    if let Ok(p) = register.call1(&sync, &JsValue::from_str(tag)) {
-        if let Ok(p) = p.dyn_into::<js_sys::Promise>() {
-            if let Err(e) = JsFuture::from(p).await {
-                web_sys::console::warn_1(
-                    &format!("sw-outbox: sync not registered: {}", describe(&e)).into(),
-                );
-            }
-        }
     }
 }

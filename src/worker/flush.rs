@@ -1,18 +1,22 @@
 //! A flush (contract section 4): identity gate, planner-driven lanes, each answer
 //! classified and its new state stored before anything later in its workspace is sent
-//! (`worker::steps`), then the reports.
+//! (`worker::steps`), then the reports. Every stop is classified (`core::delivery`),
+//! reported, persisted for `LIST_QUEUE`, and retried (r3, 4.8); no replay is sent while a
+//! sign-in may be changing the session (`worker::barrier`, r3, 4.5 end).
 
-use super::http::{discard_body, header, identity, read_bounded, send, Deadline};
+use super::http::{discard_body, header, identity, read_bounded, send, Deadline, IdentityAnswer};
 use super::{absolute, clients, now_ms, Inner, Trigger};
 use crate::core::answer::{
-    classify, expire, settle, AnswerBody, ReplayAnswer, Settlement, Verdict,
+    after_recheck, check_age, classify, settle, Age, AnswerBody, ReplayAnswer, Settlement, Verdict,
 };
 use crate::core::backoff::{Backoff, FlushEnd};
+use crate::core::barrier::Checked;
+use crate::core::delivery::{identity_unavailable, retry_at, Delivery, StopReason};
 use crate::core::identity::Identity;
 use crate::core::key::IdempotencyKey;
 use crate::core::notify::Sent as SentKinds;
-use crate::core::planner::{PlanItem, Replay};
-use crate::core::record::{AttentionReason, Credentials, RecordId, RecordMeta};
+use crate::core::planner::{Decision, PlanItem, Replay};
+use crate::core::record::{AttentionReason, Credentials, RecordId, RecordMeta, RecordState};
 use crate::core::route::{record_is_auth_route, replay_path};
 use crate::protocol::{BlockedEntry, Outgoing};
 use crate::store::{next, QueueItem, ReplayStep, StepDone};
@@ -31,8 +35,10 @@ pub struct FlushOutcome {
     pub not_run: Option<String>,
     /// Work is left that a later trigger should retry.
     pub retry_later: bool,
+    /// Settles once the retry it scheduled ran, when that retry is near: the event that
+    /// asked for the flush keeps the worker alive for it (`worker::retry`).
+    pub keep_alive: Option<js_sys::Promise>,
 }
-
 /// A caller waiting for the flush after the running one: `seen` is how many records the
 /// running flush had replayed when it asked.
 pub(super) struct Waiter {
@@ -123,15 +129,162 @@ fn not_run(why: impl Into<String>, retry_later: bool) -> FlushOutcome {
         replayed: 0,
         not_run: Some(why.into()),
         retry_later,
+        keep_alive: None,
     }
 }
 
-/// The identity a flush replays under: the account, its CSRF token, and how many times
-/// it was checked in this flush (a stale-identity answer checks it again once).
+/// The identity a flush replays under: the account, its CSRF token, the sign-in
+/// barrier's token of the check that named it, how many times it was checked again in
+/// this flush, and whether the one re-check a stale-identity answer earns was spent.
 struct Who {
     user: String,
     csrf: Option<String>,
+    checked: Checked,
     generation: u32,
+    stale_rechecked: bool,
+}
+
+/// An identity check of a flush.
+enum Check {
+    SignedIn {
+        user: String,
+        csrf: Option<String>,
+        checked: Checked,
+    },
+    SignedOut,
+    /// No identity could be read: the flush stops (contract 4.1, 4.8).
+    Stopped {
+        stop: StopReason,
+        end: FlushEnd,
+        why: String,
+    },
+}
+
+/// Checks who is signed in, once no session change is open, and only as an answer to a
+/// request sent after the last one was settled (a sign-in seen while `/auth/me` was on
+/// its way voids it: checked again). Stops with `budget` when the deadline passes first.
+async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
+    let cfg = &inner.config;
+    loop {
+        if !settled_before(inner, deadline).await {
+            return Check::Stopped {
+                stop: StopReason::Budget,
+                end: FlushEnd::Clean,
+                why: "a sign-in was still under way when the flush's time ran out".into(),
+            };
+        }
+        let Some(checked) = inner.identity_check_begins() else {
+            continue;
+        };
+        let answer = identity(
+            &absolute(&cfg.auth_me_path),
+            None,
+            cfg.attempt_timeout_ms,
+            &cfg.csrf_header,
+        )
+        .await;
+        if answer.network_answered() {
+            inner.network_answered();
+        } else {
+            inner.network_failed();
+        }
+        let (identity, retry_after) = match answer {
+            IdentityAnswer::Offline => {
+                return Check::Stopped {
+                    stop: StopReason::Offline,
+                    end: FlushEnd::Transient,
+                    why: "the identity check failed: offline".into(),
+                }
+            }
+            IdentityAnswer::Stalled => {
+                return Check::Stopped {
+                    stop: StopReason::IdentityCheck,
+                    end: FlushEnd::Transient,
+                    why: "the identity check's answer did not arrive in time".into(),
+                }
+            }
+            IdentityAnswer::Answered {
+                identity,
+                retry_after,
+            } => (identity, retry_after),
+        };
+        if !inner.replay_allowed(checked) {
+            continue;
+        }
+        return match identity {
+            Identity::SignedIn { user, csrf } => Check::SignedIn {
+                user,
+                csrf,
+                checked,
+            },
+            Identity::SignedOut => Check::SignedOut,
+            Identity::Unavailable { status } => Check::Stopped {
+                stop: StopReason::IdentityCheck,
+                end: identity_unavailable(status, retry_after.as_deref(), now_ms()),
+                why: format!("the identity check answered {status}"),
+            },
+        };
+    }
+}
+
+/// Waits until no session change is open, or until `deadline`: whether it is settled.
+async fn settled_before(inner: &Inner, deadline: u64) -> bool {
+    let left = deadline.saturating_sub(now_ms());
+    if left == 0 {
+        return !inner.barrier_open();
+    }
+    let timer = gloo_timers::future::TimeoutFuture::new(left.min(i32::MAX as u64) as u32);
+    let settled = inner.session_changes_settled();
+    let mut timer = std::pin::pin!(timer);
+    let mut settled = std::pin::pin!(settled);
+    std::future::poll_fn(|cx| {
+        use std::future::Future;
+        if settled.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(true);
+        }
+        if timer.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(false);
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// What a re-check of the identity in the middle of a flush found.
+enum Recheck {
+    /// The same account: go on with the fresh token.
+    Same,
+    /// Another account, or nobody: this flush's plan no longer holds.
+    Changed { signed_out: bool },
+    /// No identity: the flush stops.
+    Failed(StopReason, FlushEnd),
+}
+
+/// Checks the identity again (after a session change, or a stale-identity answer).
+async fn recheck(inner: &Rc<Inner>, who: &mut Who, deadline: u64) -> Recheck {
+    who.generation += 1;
+    match check_identity(inner, deadline).await {
+        Check::SignedIn {
+            user,
+            csrf,
+            checked,
+        } if user == who.user => {
+            who.csrf = csrf;
+            who.checked = checked;
+            Recheck::Same
+        }
+        Check::SignedIn { .. } => Recheck::Changed { signed_out: false },
+        Check::SignedOut => Recheck::Changed { signed_out: true },
+        Check::Stopped { stop, end, .. } => Recheck::Failed(stop, end),
+    }
+}
+
+/// How a flush ended, as the shell acts on it.
+struct Ending {
+    stop: Option<StopReason>,
+    end: FlushEnd,
+    /// Records were left queued to be tried again (not a stop).
+    held: bool,
 }
 
 /// One flush. Runs inside the chain.
@@ -147,55 +300,63 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         .unwrap_or_default()
         .clamped(started, max_hold);
     if !backoff.may_flush(trigger, started) {
-        inner.retry_at(backoff);
-        return not_run(
+        let mut out = not_run(
             "waiting: the server asked to retry later, or the last attempts failed",
             true,
         );
+        out.keep_alive = inner.retry_when(Some(backoff.next_automatic().max(started + 1)));
+        return out;
     }
-    let me_url = absolute(&cfg.auth_me_path);
-    let checked = identity(&me_url, None, cfg.attempt_timeout_ms).await;
-    match &checked {
-        Some(_) => inner.network_answered(),
-        None => inner.network_failed(),
-    }
-    let (user, csrf) = match checked {
-        None => {
-            save_backoff(
-                inner,
-                backoff,
-                backoff.after(FlushEnd::Transient, now_ms(), jitter(), max_hold),
-            )
-            .await;
-            return not_run("the identity check failed: offline", true);
+    let (user, csrf, checked) = match check_identity(inner, deadline).await {
+        Check::SignedIn {
+            user,
+            csrf,
+            checked,
+        } => (Some(user), csrf, Some(checked)),
+        Check::SignedOut => (None, None, None),
+        Check::Stopped { stop, end, why } => {
+            return stopped_before_reading(inner, trigger, backoff, started, stop, end, why).await;
         }
-        Some(Identity::Unavailable { status }) => {
-            return not_run(format!("the identity check answered {status}"), true);
-        }
-        Some(Identity::SignedOut) => (None, None),
-        Some(Identity::SignedIn { user, csrf }) => (Some(user), csrf),
     };
     let items = match read_all(inner).await {
         Ok(items) => items,
-        Err(e) => return not_run(format!("the queue could not be read: {e}"), true),
+        Err(e) => {
+            return stopped_before_reading(
+                inner,
+                trigger,
+                backoff,
+                started,
+                StopReason::Storage,
+                FlushEnd::Transient,
+                format!("the queue could not be read: {e}"),
+            )
+            .await;
+        }
     };
     let mut metas: HashMap<RecordId, RecordMeta> = HashMap::new();
     let mut expired_now = 0;
     let mut first_expired: Option<RecordId> = None;
+    let mut unknown_age = Vec::new();
     let mut plan = Vec::with_capacity(items.len());
     // Consumed, not cloned: the flush holds one copy of each record's metadata.
     for item in items {
         match item {
             QueueItem::Record(mut m) => {
-                if let Some(expired) = expire(&m, started, cfg) {
-                    if store
-                        .write_fields(m.id, &expired.mutable_fields())
-                        .await
-                        .is_ok()
-                    {
-                        m = expired;
-                        expired_now += 1;
-                        first_expired = first_expired.or(Some(m.id));
+                match check_age(&m, started, cfg) {
+                    Age::Sendable => {}
+                    Age::Unknown => unknown_age.push(m.id),
+                    Age::Expired(expired) => {
+                        let stored = store
+                            .write_fields(m.id, &expired.mutable_fields())
+                            .await
+                            .is_ok();
+                        if stored {
+                            expired_now += 1;
+                            first_expired = first_expired.or(Some(m.id));
+                        }
+                        // Stored or not, it is never sent with its old key (r3: fails
+                        // closed): it is planned, and reported, as what it now is.
+                        m = *expired;
                     }
                 }
                 let auth = record_is_auth_route(&m.path, cfg, &*inner.patterns);
@@ -207,166 +368,400 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     }
     let total = plan.len();
     let mut replay = Replay::new(plan, user.clone());
-    let mut end = FlushEnd::Clean;
+    // A clock behind a record's first send backs off like a transient failure: it is
+    // tried again, but not every second while the clock is wrong.
+    let mut ending = Ending {
+        stop: None,
+        end: if unknown_age.is_empty() {
+            FlushEnd::Clean
+        } else {
+            FlushEnd::Transient
+        },
+        held: !unknown_age.is_empty(),
+    };
+    for id in unknown_age {
+        replay.hold(id);
+    }
+    // Another identity than the flush's was met: its reports would describe the queue to
+    // the wrong account, so they are left to the flush that follows at once.
+    let mut identity_changed = false;
+    let mut budget_spent = false;
     // For the notification: what was sent, by kind, and the first record that now needs
     // a person (expired first).
     let mut sent_kinds = SentKinds::default();
     let mut first_attention = first_expired;
-    if let Some(u) = &user {
-        let mut who = Who {
-            user: u.clone(),
-            csrf,
-            generation: 0,
-        };
-        let lanes = cfg.replay_concurrency as usize;
-        let (tx, mut rx) = mpsc::unbounded::<Sent>();
-        inner.open_steps();
-        loop {
-            if now_ms() >= deadline {
-                replay.stop();
-            }
-            for id in replay.next_sends(lanes) {
-                let first_send = metas.get(&id).is_some_and(|m| m.first_sent_at.is_none());
-                let (inner, tx, csrf) = (inner.clone(), tx.clone(), who.csrf.clone());
-                let generation = who.generation;
-                wasm_bindgen_futures::spawn_local(async move {
-                    let sent = send_one(&inner, id, csrf.as_deref(), first_send, generation).await;
-                    let _ = tx.unbounded_send(sent);
-                });
-            }
-            if replay.in_flight() == 0 {
-                break;
-            }
-            let Some(sent) = next(&mut rx).await else {
-                break;
+    match (&user, checked) {
+        (Some(u), Some(checked)) => {
+            let mut who = Who {
+                user: u.clone(),
+                csrf,
+                checked,
+                generation: 0,
+                stale_rechecked: false,
             };
-            if let Verdict::StaleIdentity { .. } = sent.verdict {
-                if stale_identity(inner, &mut who, &sent).await {
-                    // Sent again with the fresh token, in its place.
-                    replay.retry(sent.id);
-                    continue;
+            let lanes = cfg.replay_concurrency as usize;
+            let (tx, mut rx) = mpsc::unbounded::<Sent>();
+            inner.open_steps();
+            loop {
+                if now_ms() >= deadline && !replay.is_stopped() {
+                    replay.stop();
+                    budget_spent = true;
+                }
+                // A session change since the identity was checked: nothing more is handed
+                // out until the account is named again (r3, 4.5 end).
+                if !replay.is_stopped() && !inner.replay_allowed(who.checked) {
+                    match recheck(inner, &mut who, deadline).await {
+                        Recheck::Same => {}
+                        Recheck::Changed { signed_out } => {
+                            replay.stop();
+                            identity_changed = true;
+                            ending.stop.get_or_insert(if signed_out {
+                                StopReason::SignedOut
+                            } else {
+                                StopReason::IdentityCheck
+                            });
+                        }
+                        Recheck::Failed(stop, end) => {
+                            replay.stop();
+                            ending.stop.get_or_insert(stop);
+                            ending.end = worst(ending.end, end);
+                        }
+                    }
+                }
+                for id in replay.next_sends(lanes) {
+                    let first_send = metas.get(&id).is_some_and(|m| m.first_sent_at.is_none());
+                    let lane = Lane {
+                        csrf: who.csrf.clone(),
+                        first_send,
+                        generation: who.generation,
+                        final_stale: who.stale_rechecked,
+                        checked: who.checked,
+                    };
+                    let (inner, tx) = (inner.clone(), tx.clone());
+                    wasm_bindgen_futures::spawn_local(async move {
+                        let sent = send_one(&inner, id, lane).await;
+                        let _ = tx.unbounded_send(sent);
+                    });
+                }
+                if replay.in_flight() == 0 {
+                    break;
+                }
+                let Some(sent) = next(&mut rx).await else {
+                    break;
+                };
+                match sent.held {
+                    // Not sent: a sign-in was seen first. Back to its place; the loop
+                    // checks the identity again before it is handed out anew.
+                    Some(Held::SignIn) => {
+                        replay.retry(sent.id);
+                        continue;
+                    }
+                    Some(Held::Clock) => {
+                        replay.hold(sent.id);
+                        ending.held = true;
+                        ending.end = worst(ending.end, FlushEnd::Transient);
+                        continue;
+                    }
+                    // Gone: nothing to send; the next read of the queue shows what is left.
+                    Some(Held::Gone) => {
+                        replay.hold(sent.id);
+                        continue;
+                    }
+                    None => {}
+                }
+                if let Verdict::StaleIdentity { .. } = sent.verdict {
+                    match stale_identity(inner, &mut who, &sent, deadline).await {
+                        None => {
+                            // Sent again with the fresh identity, in its place.
+                            replay.retry(sent.id);
+                            continue;
+                        }
+                        Some(Recheck::Changed { .. }) => identity_changed = true,
+                        Some(Recheck::Failed(stop, end)) => {
+                            ending.stop.get_or_insert(stop);
+                            ending.end = worst(ending.end, end);
+                        }
+                        Some(Recheck::Same) => {}
+                    }
+                }
+                ending.end = worst(ending.end, verdict_end(&sent.verdict));
+                if let Some(stop) = StopReason::of_verdict(&sent.verdict) {
+                    ending.stop.get_or_insert(stop);
+                }
+                if matches!(
+                    sent.verdict,
+                    Verdict::ServerFailure { .. } | Verdict::InProgress
+                ) && sent.attention.is_none()
+                {
+                    ending.held = true;
+                }
+                if sent.verdict == Verdict::Replayed {
+                    if let Some(m) = metas.get(&sent.id) {
+                        sent_kinds.count(&m.method);
+                    }
+                }
+                if sent.attention.is_some() {
+                    first_attention = Some(first_attention.map_or(sent.id, |f| f.min(sent.id)));
+                }
+                replay.on_outcome(sent.id, &sent.verdict, sent.attention);
+                inner.flush.borrow_mut().replayed_now = replay.replayed();
+                if !sent.persisted {
+                    // Its new state is not stored: stop between records rather than let the
+                    // workspace move on past an unrecorded outcome.
+                    replay.stop();
+                    ending.stop.get_or_insert(StopReason::Storage);
                 }
             }
-            end = worse(end, &sent.verdict);
-            if sent.verdict == Verdict::Replayed {
-                if let Some(m) = metas.get(&sent.id) {
-                    sent_kinds.count(&m.method);
-                }
-            }
-            if sent.attention.is_some() {
-                first_attention = Some(first_attention.map_or(sent.id, |f| f.min(sent.id)));
-            }
-            replay.on_outcome(sent.id, &sent.verdict, sent.attention);
-            inner.flush.borrow_mut().replayed_now = replay.replayed();
-            if !sent.persisted {
-                // Its new state is not stored: stop between records rather than let the
-                // workspace move on past an unrecorded outcome.
+            // Every new state is stored (or known not to be) before anything is reported.
+            if !inner.steps_stored().await {
                 replay.stop();
+                ending.stop.get_or_insert(StopReason::Storage);
             }
         }
-        // Every new state is stored (or known not to be) before anything is reported.
-        if !inner.steps_stored().await {
-            replay.stop();
+        _ => {
+            // Signed out: every record is reported `no-session`; nothing is sent.
+            if total > 0 {
+                ending.stop = Some(StopReason::SignedOut);
+            }
         }
     }
-    save_backoff(
-        inner,
-        backoff,
-        backoff.after(end, now_ms(), jitter(), max_hold),
-    )
-    .await;
-
-    let blocked = replay
-        .blocked()
-        .into_iter()
-        .map(|(id, reason)| BlockedEntry::of(id, metas.get(&id), reason, user.as_deref()))
-        .collect();
-    clients::broadcast(&Outgoing::Blocked { blocked }).await;
+    if budget_spent && ending.stop.is_none() && replay.decide().contains(&Decision::Wait) {
+        ending.stop = Some(StopReason::Budget);
+    }
+    if let Some(stop) = ending.stop {
+        ending.end = worst(ending.end, stop.flush_end());
+    }
+    let after = backoff.after(ending.end, now_ms(), jitter(), max_hold);
     let replayed = replay.replayed();
     let remaining = store.count().await.ok().map(|n| n as usize);
+    let drained = remaining == Some(0);
+    let retry = if drained {
+        None
+    } else {
+        retry_at(ending.stop, ending.held, &after, now_ms())
+    };
+    let delivery = Delivery {
+        stopped_by: ending.stop.filter(|_| !drained),
+        retry_at: retry,
+        last_attempt_at: Some(started),
+    };
+    save_flush_end(inner, backoff, after, delivery).await;
+
+    if !identity_changed {
+        let blocked = replay
+            .blocked()
+            .into_iter()
+            .map(|(id, reason)| BlockedEntry::of(id, metas.get(&id), reason, user.as_deref()))
+            .collect();
+        clients::broadcast(&Outgoing::Blocked { blocked }).await;
+    }
     clients::broadcast(&Outgoing::flush_summary(
         replayed,
         remaining,
         total.saturating_sub(replayed),
+        delivery.stopped_by,
+        delivery.retry_at,
     ))
     .await;
-    let attention = replay.moved_to_attention() + expired_now;
-    super::notify::after_flush(
-        inner,
-        trigger,
-        user.as_deref(),
-        &sent_kinds,
-        attention,
-        first_attention,
-    )
-    .await;
+    if !identity_changed {
+        let attention = replay.moved_to_attention() + expired_now;
+        super::notify::after_flush(
+            inner,
+            trigger,
+            user.as_deref(),
+            &sent_kinds,
+            attention,
+            first_attention,
+        )
+        .await;
+    }
+    let keep_alive = after_stop(inner, trigger, &delivery, drained).await;
+    if identity_changed {
+        // Another account (or nobody) is signed in now: a flush under that identity
+        // follows at once, with reports of its own (this one's are not that account's).
+        let inner = inner.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            request(&inner, trigger).await;
+        });
+    }
     FlushOutcome {
         replayed,
         not_run: None,
-        retry_later: end != FlushEnd::Clean || replay.is_stopped(),
+        retry_later: !drained && (ending.stop.is_some() || ending.held || replay.is_stopped()),
+        keep_alive,
     }
 }
 
+/// A flush that stopped before it read the queue (the identity check, or the queue's
+/// read, failed): the stop is persisted, reported (`MUTATIONS_PARTIAL` with `stoppedBy`
+/// and `retryAt`, no `MUTATIONS_BLOCKED`: without an identity nothing can be said of the
+/// records) and retried (contract 4.1, 4.8).
+async fn stopped_before_reading(
+    inner: &Rc<Inner>,
+    trigger: Trigger,
+    backoff: Backoff,
+    started: u64,
+    stop: StopReason,
+    end: FlushEnd,
+    why: String,
+) -> FlushOutcome {
+    let after = backoff.after(
+        end,
+        now_ms(),
+        jitter(),
+        inner.config.max_retry_after_ms as u64,
+    );
+    let remaining = inner.store.count().await.ok().map(|n| n as usize);
+    let drained = remaining == Some(0);
+    let delivery = Delivery {
+        stopped_by: (!drained).then_some(stop),
+        retry_at: if drained {
+            None
+        } else {
+            retry_at(Some(stop), false, &after, now_ms())
+        },
+        last_attempt_at: Some(started),
+    };
+    save_flush_end(inner, backoff, after, delivery).await;
+    if !drained {
+        clients::broadcast(&Outgoing::flush_summary(
+            0,
+            remaining,
+            1,
+            delivery.stopped_by,
+            delivery.retry_at,
+        ))
+        .await;
+    }
+    let keep_alive = after_stop(inner, trigger, &delivery, drained).await;
+    let mut out = not_run(why, !drained);
+    out.keep_alive = keep_alive;
+    out
+}
+
+/// After a flush that left work: the live worker's timer is armed for `retryAt` (every
+/// engine, with or without Background Sync), and where Background Sync exists a sync is
+/// registered again (one that gave up after its retries is gone) — except while a sync
+/// event is being handled: its rejection already has the browser retry it, and a
+/// registration made while it fires would fire again as soon as it ends (a loop of sync
+/// events that never lets a new version activate).
+async fn after_stop(
+    inner: &Rc<Inner>,
+    trigger: Trigger,
+    delivery: &Delivery,
+    drained: bool,
+) -> Option<js_sys::Promise> {
+    // A retry an earlier flush armed would only meet the same refusal without the
+    // sign-in this stop waits for. (A drained queue keeps it: a write queued since the
+    // queue was counted may have armed it.)
+    if delivery.stopped_by.is_some_and(|s| s.awaits_trigger()) {
+        inner.disarm_retry();
+    }
+    if drained {
+        return None;
+    }
+    let sync_firing = trigger == Trigger::Sync || inner.syncs_firing.get() > 0;
+    if delivery.retry_at.is_some() && !sync_firing && inner.background_sync {
+        super::retry::register_sync(&inner.config.sync_tag).await;
+    }
+    inner.retry_when(delivery.retry_at)
+}
+
 /// Every stored value, with values under foreign keys given ids first so that they are
-/// reported (`corrupt-record`) instead of counted but invisible.
+/// reported (`corrupt-record`) instead of counted but invisible. A re-keying that fails
+/// never fails the read (issue 27, 8): the readable values are returned, and the
+/// re-keying is tried again at the next read.
 pub(super) async fn read_all(inner: &Inner) -> Result<Vec<QueueItem>, crate::store::idb::IdbError> {
     let (items, foreign) = inner.store.read_queue().await?;
     if foreign == 0 {
         return Ok(items);
     }
-    inner.store.rekey_foreign().await?;
+    if let Err(e) = inner.store.rekey_foreign().await {
+        web_sys::console::warn_1(
+            &format!(
+                "sw-outbox: {foreign} stored values under foreign keys could not be given ids: {e}"
+            )
+            .into(),
+        );
+        return Ok(items);
+    }
     // The generation moved: the view reloads at its next use.
     inner.reload().await;
     Ok(inner.store.read_queue().await?.0)
 }
 
-/// A stale-identity answer (a CSRF 403, or 409 `account_mismatch`): whether the record
-/// is to be sent again. The identity is checked again once per flush (a fresh
-/// `/auth/me`, a fresh token); an answer to a request sent before that check is sent
-/// again with the new token; one sent after it stops the flush, the record unchanged.
-async fn stale_identity(inner: &Inner, who: &mut Who, sent: &Sent) -> bool {
+/// A stale-identity answer (a CSRF 403, or 409 `account_mismatch`): `None` when the
+/// record is to be sent again, else what the re-check found. An answer to a request sent
+/// before the last identity check is sent again with that check's token; the first
+/// answer after one earns the flush's one re-check (a fresh `/auth/me`, a fresh token);
+/// one sent after that re-check stops the flush, the record unchanged (a 403 is already
+/// `rejected` by then: `after_recheck`).
+async fn stale_identity(
+    inner: &Rc<Inner>,
+    who: &mut Who,
+    sent: &Sent,
+    deadline: u64,
+) -> Option<Recheck> {
     if sent.generation < who.generation {
-        return true;
+        return None;
     }
-    if who.generation > 0 {
-        return false;
+    if who.stale_rechecked {
+        return Some(Recheck::Failed(
+            StopReason::AccountMismatch,
+            FlushEnd::Transient,
+        ));
     }
-    who.generation += 1;
-    let cfg = &inner.config;
-    match identity(&absolute(&cfg.auth_me_path), None, cfg.attempt_timeout_ms).await {
-        Some(Identity::SignedIn { user, csrf }) if user == who.user => {
-            who.csrf = csrf;
-            true
-        }
-        // Signed out, another account, or unreachable: this flush's plan no longer
-        // holds; the record waits, unchanged, for the next flush.
-        _ => false,
+    who.stale_rechecked = true;
+    match recheck(inner, who, deadline).await {
+        Recheck::Same => None,
+        other => Some(other),
     }
 }
 
-/// The backoff-relevant worst of a flush's outcomes.
-fn worse(so_far: FlushEnd, v: &Verdict) -> FlushEnd {
-    match (so_far, v) {
-        (FlushEnd::RetryAfter(_), _) => so_far,
-        (_, Verdict::RetryLater { after_ms }) => FlushEnd::RetryAfter(*after_ms),
-        (_, Verdict::NetworkFailure | Verdict::ServerFailure { .. } | Verdict::InProgress) => {
+/// The backoff-relevant side of one answer.
+fn verdict_end(v: &Verdict) -> FlushEnd {
+    match v {
+        Verdict::RetryLater { after_ms } => FlushEnd::RetryAfter(*after_ms),
+        Verdict::NetworkFailure | Verdict::ServerFailure { .. } | Verdict::InProgress => {
             FlushEnd::Transient
         }
-        _ => so_far,
+        _ => FlushEnd::Clean,
     }
 }
 
-/// Persists the backoff state when a flush changed it (a strict write per flush
-/// otherwise, for nothing), and keeps a live worker retrying on it.
-async fn save_backoff(inner: &Rc<Inner>, old: Backoff, new: Backoff) {
-    if new != old {
-        let _ = inner.store.set_backoff(&new).await;
+/// The worse of two ends for the backoff: a server's `Retry-After` over a transient
+/// failure over a clean end.
+fn worst(a: FlushEnd, b: FlushEnd) -> FlushEnd {
+    match (a, b) {
+        (FlushEnd::RetryAfter(_), _) => a,
+        (_, FlushEnd::RetryAfter(_)) => b,
+        (FlushEnd::Transient, _) | (_, FlushEnd::Transient) => FlushEnd::Transient,
+        _ => FlushEnd::Clean,
     }
-    inner.retry_at(new);
+}
+
+/// Persists the backoff (when the flush changed it) and the delivery state, in one
+/// transaction.
+async fn save_flush_end(inner: &Rc<Inner>, old: Backoff, new: Backoff, delivery: Delivery) {
+    let changed = (new != old).then_some(&new);
+    if let Err(e) = inner.store.set_flush_end(changed, &delivery).await {
+        web_sys::console::warn_1(&format!("sw-outbox: delivery state not stored: {e}").into());
+    }
 }
 
 fn jitter() -> f64 {
     js_sys::Math::random()
+}
+
+/// Why a record handed to its lane was not sent, though nothing failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// A sign-in was seen since the identity was checked.
+    SignIn,
+    /// Its age cannot be known: the clock reads earlier than its first send.
+    Clock,
+    /// It was not there (or no longer readable) when its lane took it.
+    Gone,
 }
 
 /// One record's replay, as the lane reports it back to the flush.
@@ -379,6 +774,19 @@ struct Sent {
     persisted: bool,
     /// The identity check it was sent under.
     generation: u32,
+    /// Not sent, and why.
+    held: Option<Held>,
+}
+
+/// What a lane is given with its record: the identity it is sent under.
+struct Lane {
+    csrf: Option<String>,
+    /// The record never left the worker (its mark is committed strictly).
+    first_send: bool,
+    generation: u32,
+    /// The flush's one stale-identity re-check was made before it was handed out.
+    final_stale: bool,
+    checked: Checked,
 }
 
 fn credentials_mode(c: Credentials) -> RequestCredentials {
@@ -422,32 +830,57 @@ async fn read_answer(response: Response, deadline: &Deadline) -> Verdict {
 }
 
 /// Sends one record and persists what its answer means.
-async fn send_one(
-    inner: &Rc<Inner>,
-    id: RecordId,
-    csrf: Option<&str>,
-    first_send: bool,
-    generation: u32,
-) -> Sent {
+async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
+    let generation = lane.generation;
     let done = |verdict, attention, persisted| Sent {
         id,
         verdict,
         attention,
         persisted,
         generation,
+        held: None,
     };
+    let held = |why| Sent {
+        id,
+        verdict: Verdict::NetworkFailure,
+        attention: None,
+        persisted: true,
+        generation,
+        held: Some(why),
+    };
+    if !inner.replay_allowed(lane.checked) {
+        return held(Held::SignIn);
+    }
     let cfg = &inner.config;
     let begin = ReplayStep::Begin {
         id,
         now_ms: now_ms(),
-        first_send,
+        first_send: lane.first_send,
     };
     let (meta, body) = match inner.replay_step(begin, None).await {
         Ok(StepDone::Begun(Some(found))) => found,
-        // Gone (cleared) or unreadable since it was planned: nothing to send.
-        Ok(_) => return done(Verdict::Replayed, None, true),
+        // Gone (cleared) or unreadable since it was planned: nothing sent, nothing counted.
+        Ok(_) => return held(Held::Gone),
         Err(_) => return done(Verdict::NetworkFailure, None, false),
     };
+    // The key window again, now that the record is in its lane (r3, 4.7): the flush may
+    // have run long since it started, and the clock may have moved.
+    match check_age(&meta, now_ms(), cfg) {
+        Age::Sendable => {}
+        Age::Unknown => return held(Held::Clock),
+        Age::Expired(m) => {
+            let reason = match m.state {
+                RecordState::NeedsAttention(r) => r,
+                RecordState::Queued => AttentionReason::KeyExpired,
+            };
+            inner.hand_over_step(ReplayStep::Update(id, m.mutable_fields()), None);
+            let verdict = Verdict::Attention {
+                reason,
+                status: m.last_status.unwrap_or(0),
+            };
+            return done(verdict, Some(reason), true);
+        }
+    }
     let key = match &meta.key {
         Some(k) => k.clone(),
         None => match IdempotencyKey::mint_opt() {
@@ -481,7 +914,7 @@ async fn send_one(
     if let Some(owner) = &meta.owner {
         let _ = headers.set(&cfg.expected_account_header, owner);
     }
-    if let Some(t) = csrf {
+    if let Some(t) = &lane.csrf {
         let _ = headers.set(&cfg.csrf_header, t);
     }
     if let Some(ct) = &meta.content_type {
@@ -500,6 +933,12 @@ async fn send_one(
     }
     drop(body);
     let url = absolute(&replay_path(&meta.path, cfg));
+    // The sign-in barrier, right before `fetch()`: nothing is awaited between this check
+    // and the request leaving (`send` calls `fetch` before its first await), so a
+    // sign-in seen while this record was being marked stops it here (r3, 4.5 end).
+    if !inner.replay_allowed(lane.checked) {
+        return held(Held::SignIn);
+    }
     let verdict = match send(&init, &url, cfg.attempt_timeout_ms, None).await {
         Err(_) => {
             inner.network_failed();
@@ -511,6 +950,12 @@ async fn send_one(
             drop(deadline);
             v
         }
+    };
+    // After the flush's one identity re-check, a 403 is the server's refusal (r3).
+    let verdict = if lane.final_stale {
+        after_recheck(verdict)
+    } else {
+        verdict
     };
     let settlement = settle(&meta, &verdict, cfg);
     let attention = settlement.moved_to_attention();

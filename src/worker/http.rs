@@ -2,7 +2,7 @@
 //! identity checks, and the worker's own JSON answers.
 
 use crate::core::first_attempt::SyntheticAnswer;
-use crate::core::identity::{read_identity, Identity};
+use crate::core::identity::{read_identity_answer, Identity, IdentityBody, MAX_IDENTITY_BODY};
 use js_sys::{Array, Promise};
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
@@ -31,6 +31,17 @@ pub struct Deadline {
 }
 
 impl Deadline {
+    /// A deadline `timeout_ms` from now of its own (for an answer not fetched here).
+    pub fn after(timeout_ms: u32) -> Result<Deadline, JsValue> {
+        let controller = AbortController::new()?;
+        let signal = controller.signal();
+        let timer = gloo_timers::callback::Timeout::new(timeout_ms, move || controller.abort());
+        Ok(Deadline {
+            _timer: timer,
+            signal,
+        })
+    }
+
     /// A promise that settles once the deadline has passed or the request was aborted
     /// (with the abort event, or `null` if that had already happened).
     fn passed(&self) -> Promise {
@@ -77,12 +88,14 @@ pub async fn fetch_request(request: &Request) -> Result<Response, JsValue> {
         .map(JsCast::unchecked_into)
 }
 
-/// An answer body, read up to [`MAX_ANSWER_BODY`] bytes while its deadline lasts.
+/// An answer body, read up to a size bound while its deadline lasts.
 pub struct BoundedBody {
     pub text: String,
     /// The whole body arrived (not cut at the size bound, not stalled past the
     /// deadline, not failed).
     pub complete: bool,
+    /// It was cut because it is longer than the bound (it did not stall or fail).
+    pub too_large: bool,
 }
 
 impl BoundedBody {
@@ -97,16 +110,27 @@ impl BoundedBody {
     }
 }
 
-/// Reads an answer's body, at most [`MAX_ANSWER_BODY`] bytes; a server that sends its
-/// headers and then stalls is cut off by the request's deadline: each read races it, so
-/// a read never holds the queue for longer than `attemptTimeoutMs`, whether or not the
-/// engine errors the stream on abort.
+/// Reads an answer's body, at most [`MAX_ANSWER_BODY`] bytes (see [`read_bounded_to`]).
 pub async fn read_bounded(response: &Response, deadline: &Deadline) -> BoundedBody {
+    read_bounded_to(response, deadline, MAX_ANSWER_BODY).await
+}
+
+/// Reads an answer's body, at most `limit` bytes; a server that sends its headers and
+/// then stalls is cut off by the request's deadline: each read races it, so a read never
+/// holds the queue for longer than `attemptTimeoutMs`, whether or not the engine errors
+/// the stream on abort.
+pub async fn read_bounded_to(
+    response: &Response,
+    deadline: &Deadline,
+    limit: usize,
+) -> BoundedBody {
     let mut bytes: Vec<u8> = Vec::new();
+    let mut too_large = false;
     let Some(stream) = response.body() else {
         return BoundedBody {
             text: String::new(),
             complete: true,
+            too_large,
         };
     };
     let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
@@ -132,10 +156,11 @@ pub async fn read_bounded(response: &Response, deadline: &Deadline) -> BoundedBo
         let Some(chunk) = chunk.dyn_ref::<js_sys::Uint8Array>() else {
             break false;
         };
-        let room = MAX_ANSWER_BODY - bytes.len();
+        let room = limit - bytes.len();
         let len = chunk.length() as usize;
         if len > room {
             bytes.extend_from_slice(&chunk.subarray(0, room as u32).to_vec());
+            too_large = true;
             break false;
         }
         bytes.extend_from_slice(&chunk.to_vec());
@@ -150,6 +175,7 @@ pub async fn read_bounded(response: &Response, deadline: &Deadline) -> BoundedBo
     BoundedBody {
         text: String::from_utf8_lossy(&bytes).into_owned(),
         complete,
+        too_large,
     }
 }
 
@@ -165,32 +191,88 @@ pub fn header(headers: &Headers, name: &str) -> Option<String> {
     headers.get(name).ok().flatten()
 }
 
+/// What an identity check came back with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentityAnswer {
+    /// The server answered; `retry_after` is the answer's `Retry-After`, for a 429 or
+    /// 503 that asks to wait.
+    Answered {
+        identity: Identity,
+        retry_after: Option<String>,
+    },
+    /// No answer: a network failure, or the timeout before the headers came.
+    Offline,
+    /// The headers came, the body did not arrive whole within the timeout: the network
+    /// answered, the check did not.
+    Stalled,
+}
+
+impl IdentityAnswer {
+    /// Whether the network answered at all (the known-offline fast path listens).
+    pub fn network_answered(&self) -> bool {
+        !matches!(self, IdentityAnswer::Offline)
+    }
+
+    pub fn identity(&self) -> Option<&Identity> {
+        match self {
+            IdentityAnswer::Answered { identity, .. } => Some(identity),
+            _ => None,
+        }
+    }
+}
+
 /// `GET authMePath` with credentials and no cache; with `expected` set, the
-/// expected-account header too. `None` on a network failure, a timeout, or a body that
-/// did not arrive whole within the timeout: no identity is read from half an answer.
+/// expected-account header too. The CSRF token is the body's `csrfToken`, else the
+/// `csrf_header` answer header (`csrfHeader`).
 pub async fn identity(
     url: &str,
     expected: Option<(&str, &str)>,
     timeout_ms: u32,
-) -> Option<Identity> {
+    csrf_header: &str,
+) -> IdentityAnswer {
     let init = RequestInit::new();
     init.set_method("GET");
     init.set_credentials(RequestCredentials::Include);
     init.set_cache(RequestCache::NoStore);
     if let Some((name, owner)) = expected {
-        let headers = Headers::new().ok()?;
-        headers.set(name, owner).ok()?;
+        let Ok(headers) = Headers::new() else {
+            return IdentityAnswer::Offline;
+        };
+        if headers.set(name, owner).is_err() {
+            return IdentityAnswer::Offline;
+        }
         init.set_headers(&headers);
     }
-    let (response, deadline) = send(&init, url, timeout_ms, None).await.ok()?;
-    let csrf = header(&response.headers(), "X-CSRF-Token");
-    let status = response.status();
-    let body = read_bounded(&response, &deadline).await;
-    drop(deadline);
-    if !body.complete {
-        return None;
+    match send(&init, url, timeout_ms, None).await {
+        Ok((response, deadline)) => identity_of(&response, &deadline, csrf_header).await,
+        Err(_) => IdentityAnswer::Offline,
     }
-    Some(read_identity(status, body.json().as_ref(), csrf.as_deref()))
+}
+
+/// Reads an identity answer: its body up to 1 MiB (`MAX_IDENTITY_BODY`, contract 4.1
+/// r3) within the deadline. A body cut at that bound is still an answer (never
+/// offline); one that stalls is no identity.
+pub async fn identity_of(
+    response: &Response,
+    deadline: &Deadline,
+    csrf_header: &str,
+) -> IdentityAnswer {
+    let headers = response.headers();
+    let csrf = header(&headers, csrf_header);
+    let retry_after = header(&headers, "Retry-After");
+    let status = response.status();
+    let body = read_bounded_to(response, deadline, MAX_IDENTITY_BODY).await;
+    let json = body.json();
+    let read = match (&json, body.complete, body.too_large) {
+        (Some(v), _, _) => IdentityBody::Json(v),
+        (None, true, _) => IdentityBody::NotJson,
+        (None, false, true) => IdentityBody::TooLarge,
+        (None, false, false) => return IdentityAnswer::Stalled,
+    };
+    IdentityAnswer::Answered {
+        identity: read_identity_answer(status, read, csrf.as_deref()),
+        retry_after,
+    }
 }
 
 /// A JSON answer made up by the worker, written by the browser's `JSON.stringify` (the

@@ -5,6 +5,7 @@
 //! its own: each decision is a call into `core`.
 
 mod attempts;
+mod barrier;
 mod batcher;
 mod chain;
 mod clients;
@@ -66,6 +67,11 @@ struct FlushState {
 
 pub(crate) struct Inner {
     config: Config,
+    /// The database's name as resolved at start (`open_database`).
+    db_name: String,
+    /// `dbName` was configured: other registrations may share the database, so the view
+    /// is checked against it before every use (`view`).
+    shared_db: bool,
     patterns: Rc<patterns::JsPatterns>,
     store: Rc<Store>,
     /// The session and the lanes as this worker knows them, never staler than the
@@ -86,6 +92,11 @@ pub(crate) struct Inner {
     retry: retry::RetryTimer,
     /// The known-offline fast path (`offline`).
     offline: offline::Offline,
+    /// The sign-in barrier (`barrier`): no replay while a session may be changing.
+    barrier: barrier::Barrier,
+    /// Sync events being handled now: a sync is never registered while one fires (it
+    /// would fire again as soon as that one ends).
+    syncs_firing: std::cell::Cell<u32>,
     background_sync: bool,
 }
 
@@ -93,6 +104,33 @@ pub(crate) struct Inner {
 #[wasm_bindgen]
 pub struct Outbox {
     inner: Rc<Inner>,
+}
+
+/// The database of this registration, and its name: the configured `dbName`, or the
+/// default one unless another scope of the origin claimed it first, in which case one
+/// named after this registration's scope (contract 3, r3).
+async fn open_database(
+    config: &Config,
+    patterns: Rc<patterns::JsPatterns>,
+) -> Result<(Store, String), crate::store::idb::IdbError> {
+    use crate::core::config::{scoped_db_name, DEFAULT_DB_NAME};
+    if let Some(name) = &config.db_name {
+        return Ok((Store::open(name, patterns).await?, name.clone()));
+    }
+    let me = scope().registration().scope();
+    let store = Store::open(DEFAULT_DB_NAME, patterns.clone()).await?;
+    if store.claim(&me).await? {
+        return Ok((store, DEFAULT_DB_NAME.to_owned()));
+    }
+    store.close();
+    let path = web_sys::Url::new(&me)
+        .map(|u| u.pathname())
+        .unwrap_or(me.clone());
+    let name = scoped_db_name(&path);
+    let store = Store::open(&name, patterns).await?;
+    // Its own scope's name: claimed for the record, whoever else might use it.
+    let _ = store.claim(&me).await;
+    Ok((store, name))
 }
 
 /// Starts the outbox: validates the configuration, compiles its patterns, opens (and
@@ -109,10 +147,12 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         .validate()
         .map_err(|e| JsValue::from_str(&format!("sw-outbox: {e}")))?;
     let patterns = Rc::new(patterns::JsPatterns::new(&config).map_err(|e| JsValue::from_str(&e))?);
-    let store = Store::open(&config.db_name, patterns.clone())
+    let (store, db_name) = open_database(&config, patterns.clone())
         .await
         .map_err(|e| JsValue::from_str(&format!("sw-outbox: cannot open IndexedDB: {e}")))?;
     let inner = Rc::new(Inner {
+        shared_db: config.db_name.is_some(),
+        db_name,
         config,
         patterns,
         store: Rc::new(store),
@@ -126,10 +166,29 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         attempts: attempts::Attempts::default(),
         retry: retry::RetryTimer::default(),
         offline: offline::Offline::default(),
+        barrier: barrier::Barrier::default(),
+        syncs_firing: std::cell::Cell::new(0),
         background_sync: retry::has_background_sync(),
     });
     inner.reload().await;
+    watch_updates(&inner);
     Ok(Outbox { inner })
+}
+
+/// Lets go of the events kept open for retries when a new version of the worker appears
+/// (`worker::retry`): they would hold its activation back.
+fn watch_updates(inner: &Rc<Inner>) {
+    let weak = Rc::downgrade(inner);
+    let on_update = wasm_bindgen::closure::Closure::<dyn FnMut()>::new(move || {
+        if let Some(inner) = weak.upgrade() {
+            inner.release_kept_alive();
+        }
+    });
+    let _ = scope()
+        .registration()
+        .add_event_listener_with_callback("updatefound", on_update.as_ref().unchecked_ref());
+    // Lives as long as the worker's global: one listener per start.
+    on_update.forget();
 }
 
 #[wasm_bindgen]
@@ -161,13 +220,17 @@ impl Outbox {
         event: Option<web_sys::ExtendableEvent>,
     ) -> js_sys::Promise {
         let inner = self.inner.clone();
+        // An auth-route request (a sign-in, a sign-out, a token refresh; any method or
+        // mode) stops replays from this moment, synchronously, before anything awaits,
+        // until it is answered and the account is named again (r3, 4.5 end).
+        let changing = fetch::is_auth_route(&inner, &request).then(|| inner.session_changing());
         future_to_promise(async move {
             if shell::handles(&inner, &request) {
                 return shell::handle(&inner, request).await.map(Into::into);
             }
-            fetch::handle(&inner, request, event.as_ref())
-                .await
-                .map(Into::into)
+            let answer = fetch::handle(&inner, request, event.as_ref()).await;
+            drop(changing);
+            answer.map(Into::into)
         })
     }
 
@@ -180,12 +243,20 @@ impl Outbox {
         })
     }
 
-    /// A Background Sync event; other tags are not the outbox's.
+    /// A Background Sync event; other tags are not the outbox's. The promise settles
+    /// after a retry the flush scheduled when that is near (the sync event keeps the
+    /// worker alive for it), and rejects when work is left, so the browser retries the
+    /// sync later too.
     pub fn handle_sync(&self, tag: String) -> js_sys::Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             if tag == inner.config.sync_tag {
+                inner.syncs_firing.set(inner.syncs_firing.get() + 1);
                 let outcome = flush::request(&inner, Trigger::Sync).await;
+                kept_alive(&outcome).await;
+                inner
+                    .syncs_firing
+                    .set(inner.syncs_firing.get().saturating_sub(1));
                 if outcome.retry_later {
                     // A rejected sync promise makes the browser retry the sync later.
                     return Err(JsValue::from_str("sw-outbox: flush incomplete"));
@@ -200,17 +271,21 @@ impl Outbox {
         let inner = self.inner.clone();
         future_to_promise(async move {
             inner.network_answered();
-            flush::request(&inner, Trigger::Online).await;
+            let outcome = flush::request(&inner, Trigger::Online).await;
+            kept_alive(&outcome).await;
             Ok(JsValue::UNDEFINED)
         })
     }
 
-    /// Once per worker start: flush when the queue is not empty.
+    /// Once per worker start: flush when the queue is not empty. The promise (which
+    /// `sw.js` keeps the first event after a start waiting for) settles after a retry the
+    /// flush scheduled when that is near.
     pub fn handle_start(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             if inner.store.count().await.unwrap_or(0) > 0 {
-                flush::request(&inner, Trigger::Start).await;
+                let outcome = flush::request(&inner, Trigger::Start).await;
+                kept_alive(&outcome).await;
             }
             Ok(JsValue::UNDEFINED)
         })
@@ -248,7 +323,30 @@ impl Outbox {
 
     /// The configuration in force, for `sw.js` (precache list, build) and for tests.
     pub fn config(&self) -> JsValue {
-        crate::js::to_value(&ConfigView::of(&self.inner.config)).unwrap_or(JsValue::NULL)
+        crate::js::to_value(&ConfigView::of(&self.inner.config, &self.inner.db_name))
+            .unwrap_or(JsValue::NULL)
+    }
+}
+
+/// For the service-worker tests: reads an identity answer (one made up in the test) as
+/// a flush reads `GET authMePath`'s, with `csrf_header` as the configured `csrfHeader`,
+/// and describes what it found (`Debug` of `worker::http::IdentityAnswer`).
+#[doc(hidden)]
+pub async fn identity_answer_for_tests(response: &web_sys::Response, csrf_header: &str) -> String {
+    let Ok(deadline) = http::Deadline::after(15_000) else {
+        return "no deadline".into();
+    };
+    format!(
+        "{:?}",
+        http::identity_of(response, &deadline, csrf_header).await
+    )
+}
+
+/// Waits for the retry a flush scheduled, when it is near enough to keep an event open
+/// for (`worker::retry`).
+async fn kept_alive(outcome: &FlushOutcome) {
+    if let Some(p) = &outcome.keep_alive {
+        let _ = wasm_bindgen_futures::JsFuture::from(p.clone()).await;
     }
 }
 
@@ -263,9 +361,9 @@ struct ConfigView<'a> {
 }
 
 impl<'a> ConfigView<'a> {
-    fn of(c: &'a Config) -> Self {
+    fn of(c: &'a Config, db_name: &'a str) -> Self {
         ConfigView {
-            db_name: &c.db_name,
+            db_name,
             sync_tag: &c.sync_tag,
             precache: &c.precache,
             build: &c.build,
@@ -287,7 +385,7 @@ impl Inner {
     ) -> T {
         let _turn = self.chain.acquire().await;
         self.session_settled().await;
-        let lock_name = format!("sw-outbox:{}", self.config.db_name);
+        let lock_name = format!("sw-outbox:{}", self.db_name);
         let me = self.clone();
         chain::under_web_lock(
             &lock_name,

@@ -3,8 +3,8 @@
 
 use super::clients::windows;
 use super::{absolute, scope, Inner, Trigger};
-use crate::core::notify::{click_url, should_notify, summary, Sent};
-use crate::core::record::RecordId;
+use crate::core::notify::{click_target_allowed, click_url, should_notify, summary, Sent};
+use crate::core::record::{RecordId, MAX_SAFE_INTEGER};
 use crate::protocol::Outgoing;
 use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::prelude::*;
@@ -14,6 +14,8 @@ use web_sys::WindowClient;
 
 /// The tag of the one notification: a newer one replaces the older.
 const TAG: &str = "sw-outbox";
+/// The field of a notification's data that marks it as the outbox's.
+const MARK: &str = "swOutbox";
 
 fn permission_granted() -> bool {
     Reflect::get(&js_sys::global(), &"Notification".into())
@@ -65,6 +67,9 @@ pub async fn after_flush(
         first_attention.map(|id| id.0),
     ));
     let _ = Reflect::set(&data, &"url".into(), &url.into());
+    // The outbox's mark: `sw.js` hands a click to the outbox only for its own
+    // notifications (this tag and this mark), never a site's others.
+    let _ = Reflect::set(&data, &MARK.into(), &JsValue::TRUE);
     if let Some(id) = first_attention {
         let _ = Reflect::set(&data, &"record".into(), &JsValue::from_f64(id.0 as f64));
     }
@@ -85,15 +90,30 @@ pub async fn after_flush(
 /// the app and ask it to show the record, or open the app at the record
 /// (`notificationUrl?outboxRecord=<id>`, or `notificationUrl`).
 pub async fn on_click(inner: &Inner, data: &JsValue) -> Result<(), JsValue> {
+    let ours = Reflect::get(data, &MARK.into()).is_ok_and(|m| m == JsValue::TRUE);
+    if !ours {
+        // Not the outbox's notification: another listener's business.
+        return Ok(());
+    }
     let record = Reflect::get(data, &"record".into())
         .ok()
         .and_then(|r| r.as_f64())
-        .filter(|r| *r >= 1.0 && r.fract() == 0.0)
+        .filter(|r| *r >= 1.0 && r.fract() == 0.0 && *r <= MAX_SAFE_INTEGER as f64)
         .map(|r| RecordId(r as u64));
+    let origin = scope().location().origin();
     let url = Reflect::get(data, &"url".into())
         .ok()
         .and_then(|u| u.as_string())
-        .filter(|u| u.starts_with(&scope().location().origin()))
+        .filter(|u| {
+            web_sys::Url::new(u).is_ok_and(|parsed| {
+                click_target_allowed(
+                    &parsed.origin(),
+                    &parsed.pathname(),
+                    &origin,
+                    &inner.config.notification_url,
+                )
+            })
+        })
         .unwrap_or_else(|| absolute(&inner.config.notification_url));
     for client in windows().await {
         if let Ok(window) = client.dyn_into::<WindowClient>() {

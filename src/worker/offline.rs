@@ -54,15 +54,16 @@ impl Inner {
         if !self.offline.down.get() {
             return;
         }
-        let url = absolute(&self.config.auth_me_path);
-        match identity(&url, None, self.config.attempt_timeout_ms).await {
-            Some(_) => {
-                self.network_answered();
-                if self.store.count().await.unwrap_or(0) > 0 {
-                    flush::request(&self, Trigger::Probe).await;
-                }
+        let cfg = &self.config;
+        let url = absolute(&cfg.auth_me_path);
+        let answer = identity(&url, None, cfg.attempt_timeout_ms, &cfg.csrf_header).await;
+        if answer.network_answered() {
+            self.network_answered();
+            if self.store.count().await.unwrap_or(0) > 0 {
+                flush::request(&self, Trigger::Probe).await;
             }
-            None => self.arm_probe(),
+        } else {
+            self.arm_probe();
         }
     }
 }

@@ -1,20 +1,25 @@
-//! A live worker retries on its own backoff schedule where the browser has no
-//! Background Sync (Firefox, Safari): a write queued while the user stays on a page is
-//! delivered without waiting for a reload (contract 2.6, r2).
+//! The live worker's own retries, in every engine (contract 2.6, r2; 4.8, r3): a write
+//! queued while the user stays on a page is delivered without waiting for a reload, and
+//! a flush that stopped is tried again at its `retryAt`, whether or not Background Sync
+//! fires again (Chromium's gives up after a few attempts, and never fires while its
+//! permission is blocked).
 //!
-//! One timer at a time, set for when the backoff next allows an automatic flush. The
-//! timer does not keep a worker alive by itself; the event that set it is kept alive
-//! for it when it is near ([`KEEP_ALIVE_MS`]), so the first retries happen even when the
-//! page then falls silent. A worker the browser stops anyway is started again by the
-//! page's next event, whose start flush takes over.
+//! One timer at a time, set for the earliest retry asked for. The timer does not keep a
+//! worker alive by itself; the event that set it is kept alive for it when it is near
+//! ([`KEEP_ALIVE_MS`]), so the first retries happen even when the page then falls
+//! silent. A worker the browser stops anyway is started again by the next event (a page,
+//! a sync), whose start flush takes over.
 
-use super::{flush, now_ms, scope, Inner, Trigger};
-use crate::core::backoff::{Backoff, BASE_MS};
+use super::{describe, flush, now_ms, scope, Inner, Trigger};
+use crate::core::backoff::BASE_MS;
 use futures_channel::oneshot;
+use js_sys::Reflect;
 use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::future_to_promise;
+use wasm_bindgen_futures::JsFuture;
 
 /// A retry this near is waited for by the event that scheduled it.
 pub const KEEP_ALIVE_MS: u64 = 25_000;
@@ -36,25 +41,85 @@ pub fn has_background_sync() -> bool {
         .is_ok_and(|s| !s.is_undefined() && !s.is_null())
 }
 
-impl Inner {
-    /// A write was just queued: a flush soon (after the backoff allows it).
-    pub(crate) fn retry_soon(self: &Rc<Self>) -> Option<js_sys::Promise> {
-        self.schedule_retry(now_ms() + BASE_MS)
+/// Registers a Background Sync where the API exists (Chromium); elsewhere the other
+/// triggers carry the replay. Registering a tag that is pending already changes nothing;
+/// one that gave up after its retries is registered anew.
+pub(crate) async fn register_sync(tag: &str) {
+    let registration = scope().registration();
+    let Ok(sync) = Reflect::get(&registration, &"sync".into()) else {
+        return;
+    };
+    let Some(register) = Reflect::get(&sync, &"register".into())
+        .ok()
+        .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
+    else {
+        return;
+    };
+    if let Ok(p) = register.call1(&sync, &JsValue::from_str(tag)) {
+        if let Ok(p) = p.dyn_into::<js_sys::Promise>() {
+            if let Err(e) = JsFuture::from(p).await {
+                web_sys::console::warn_1(
+                    &format!("sw-outbox: sync not registered: {}", describe(&e)).into(),
+                );
+            }
+        }
     }
+}
 
-    /// A flush ended with `backoff`: after a transient failure, retry when it allows.
-    pub(crate) fn retry_at(self: &Rc<Self>, backoff: Backoff) {
-        if backoff.failures > 0 {
-            let _ = self.schedule_retry(backoff.next_automatic().max(now_ms() + 1));
+/// Whether a new version of the worker is installing or waiting. A worker that is being
+/// replaced holds no event open for a retry: the new version activates only once this
+/// one has no event left, and it runs the queue itself (its start flush).
+fn update_pending() -> bool {
+    let registration = scope().registration();
+    registration.installing().is_some() || registration.waiting().is_some()
+}
+
+impl Inner {
+    /// A new version appeared (`updatefound`): the events kept open for a retry are let
+    /// go at once (the timer stays armed while this worker lives).
+    pub(crate) fn release_kept_alive(&self) {
+        let waiters = self
+            .retry
+            .armed
+            .borrow_mut()
+            .as_mut()
+            .map(|a| std::mem::take(&mut a.waiters))
+            .unwrap_or_default();
+        for w in waiters {
+            let _ = w.send(());
         }
     }
 
-    /// Arms the timer for `at` unless it is armed for earlier already. The promise
-    /// settles once that retry ran; `None` where Background Sync does this instead.
-    fn schedule_retry(self: &Rc<Self>, at: u64) -> Option<js_sys::Promise> {
+    /// The last flush stopped waiting for a trigger (signed out, or a 401): a retry armed
+    /// by an earlier flush is no longer wanted (it would only ask `/auth/me` again, or
+    /// send a record a 401 held, without the sign-in it waits for).
+    pub(crate) fn disarm_retry(&self) {
+        let armed = self.retry.armed.borrow_mut().take();
+        for w in armed.map(|a| a.waiters).unwrap_or_default() {
+            let _ = w.send(());
+        }
+    }
+
+    /// A write was just queued: a flush soon (after the backoff allows it), where the
+    /// browser has no Background Sync to deliver it (with it, the sync registered for the
+    /// write does).
+    pub(crate) fn retry_soon(self: &Rc<Self>) -> Option<js_sys::Promise> {
         if self.background_sync {
             return None;
         }
+        self.schedule_retry(now_ms() + BASE_MS)
+    }
+
+    /// A flush ended and asked to be tried again at `at` (its `retryAt`; `None`: it
+    /// awaits a trigger, or nothing is left). The promise settles once that retry ran,
+    /// when it is near enough for an event to wait for it.
+    pub(crate) fn retry_when(self: &Rc<Self>, at: Option<u64>) -> Option<js_sys::Promise> {
+        self.schedule_retry(at?.max(now_ms() + 1))
+    }
+
+    /// Arms the timer for `at` unless it is armed for earlier already. The promise
+    /// settles once that retry ran; `None` when it is too far to keep an event open for.
+    fn schedule_retry(self: &Rc<Self>, at: u64) -> Option<js_sys::Promise> {
         let (tx, rx) = oneshot::channel();
         {
             let mut armed = self.retry.armed.borrow_mut();
@@ -88,7 +153,7 @@ impl Inner {
                 }
             }
         }
-        if at.saturating_sub(now_ms()) > KEEP_ALIVE_MS {
+        if at.saturating_sub(now_ms()) > KEEP_ALIVE_MS || update_pending() {
             return None;
         }
         Some(future_to_promise(async move {

@@ -52,9 +52,10 @@ impl Inner {
     /// it moved (or the view is stale). A database that cannot be read leaves the view
     /// as it was.
     pub(crate) async fn fresh(&self) {
-        if alone() && self.view.generation.get().is_some() {
-            // No other worker of this registration exists to change the database: the
-            // view is as this worker left it (it was checked at start and activation).
+        if !self.shared_db && alone() && self.view.generation.get().is_some() {
+            // No other worker of this registration exists to change the database, and no
+            // other registration uses it (its name is this registration's own): the view
+            // is as this worker left it (it was checked at start and activation).
             return;
         }
         self.check_generation().await;
@@ -183,9 +184,14 @@ impl Inner {
     }
 }
 
-/// Whether this worker is its registration's only one: active, with no version
-/// installing or waiting. Only then can no other worker instance write the database (a
-/// replaced one has no events left: activation waits for that). Unknown (a browser
+/// Whether this worker is its registration's only one: active and activated, with no
+/// version installing or waiting. Only then can no other worker instance write the
+/// database (a replaced one has no events left: activation waits for that), and has
+/// this one's view been checked since the version it replaced last wrote (at
+/// activation). While it is still `activating` it is not: Chromium hands it the pages'
+/// fetches before its `activate` handler has run, and a write decided then on the view
+/// read at install was attempted ahead of a write of its lane the replaced version had
+/// queued (issue 27; `tests/e2e-engines/update-view.test.mjs`). Unknown (a browser
 /// without `self.serviceWorker`) counts as not alone.
 fn alone() -> bool {
     let scope = super::scope();
@@ -195,7 +201,12 @@ fn alone() -> bool {
     if me.is_undefined() || me.is_null() {
         return false;
     }
-    registration.installing().is_none()
+    let activated = js_sys::Reflect::get(&me, &"state".into())
+        .ok()
+        .and_then(|s| s.as_string())
+        .is_some_and(|s| s == "activated");
+    activated
+        && registration.installing().is_none()
         && registration.waiting().is_none()
         && registration
             .active()

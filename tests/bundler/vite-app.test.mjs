@@ -72,12 +72,15 @@ async function viteBuild() {
   await run(process.execPath, [join(app, 'node_modules/vite/bin/vite.js'), 'build', '--logLevel', 'warn'], { cwd: app });
 }
 
-/** Every cache of the page's origin with the paths it holds. */
+/** Every cache of the page's origin with the paths it holds (the worker's own record of
+ * which registrations use a cache, `/__sw-outbox/cache-owners`, left out: it is not the
+ * app's). */
 function cacheContents(page) {
   return page.evaluate(async () => {
     const out = {};
     for (const name of await caches.keys()) {
-      out[name] = (await (await caches.open(name)).keys()).map((r) => new URL(r.url).pathname).sort();
+      out[name] = (await (await caches.open(name)).keys()).map((r) => new URL(r.url).pathname)
+        .filter((p) => p !== '/__sw-outbox/cache-owners').sort();
     }
     return out;
   });

@@ -5,9 +5,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
 import { CHROMIUM_ARGS } from '../e2e/harness.mjs';
+import { killProcessesUsing } from './processes.mjs';
 
-export async function launchChromium() {
-  const profile = await mkdtemp(join(tmpdir(), 'sw-outbox-e2e-engines-chromium-'));
+/** `profile`: a profile directory to use (and keep) instead of a fresh one removed at
+ * close: a browser started again on it is the same browser after a crash. */
+export async function launchChromium({ profile: given } = {}) {
+  const profile = given ?? await mkdtemp(join(tmpdir(), 'sw-outbox-e2e-engines-chromium-'));
   let context;
   try {
     context = await chromium.launchPersistentContext(profile, {
@@ -16,7 +19,7 @@ export async function launchChromium() {
       args: CHROMIUM_ARGS,
     });
   } catch (err) {
-    await rm(profile, { recursive: true, force: true });
+    if (!given) await rm(profile, { recursive: true, force: true });
     throw err;
   }
   const logs = [];
@@ -129,9 +132,12 @@ export async function launchChromium() {
     grantClipboardRead: (origin) => context.grantPermissions(['clipboard-read'], { origin }),
     /** The browser's own network state (offline: every fetch fails, the worker's too). */
     setOffline: (offline) => context.setOffline(offline),
+    /** SIGKILLs the browser's processes (the main one and its children), as a phone's
+     * system does; the profile stays as the crash left it. */
+    kill: () => killProcessesUsing(`--user-data-dir=${profile}`),
     close: async () => {
       await context.close().catch(() => {});
-      await rm(profile, { recursive: true, force: true });
+      if (!given) await rm(profile, { recursive: true, force: true });
     },
   };
 }

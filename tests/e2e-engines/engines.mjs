@@ -22,6 +22,8 @@
 //                              origin wrote, WebKit in a click only, so they have no verb)
 //   openPages()                every tab, those the browser opened itself included (async)
 //   clickNotification()        click the notification the browser shows, as a person would
+//   kill()                     SIGKILL the browser's processes (a launch given the same
+//                              `profile` starts it again on what the crash left)
 // and, in the harness, fireBackgroundFlush(): an automatic flush trigger with no page
 // involved (Chromium: a sync event through CDP; Firefox: the worker's online event, the
 // browser switched offline and back).
@@ -52,6 +54,7 @@ export const FEATURES = {
     clickNotification: 'headless Chromium shows no notification UI, and neither CDP nor playwright has a command that clicks one',
     noBackgroundSync: 'Chromium has Background Sync: its own sync retries may drain the queue first, so the no-sync fallbacks are tested where sync is absent',
     updateMidRun: true,
+    restartOnProfile: true,
   },
   firefox: {
     stopWorkers: true,
@@ -64,6 +67,7 @@ export const FEATURES = {
     clickNotification: true,
     noBackgroundSync: true,
     updateMidRun: true,
+    restartOnProfile: true,
   },
   webkit: {
     stopWorkers: 'WebKitWebDriver has no command that stops a service worker (nor does MiniBrowser\'s automation)',
@@ -75,6 +79,7 @@ export const FEATURES = {
     backgroundFlush: 'no automatic flush can be caused from a test: no sync event (no Background Sync) and no worker online event (no offline switch)',
     clickNotification: 'MiniBrowser shows no notification here (permission denied, see grantNotifications), and WebKitWebDriver has no command that clicks one',
     noBackgroundSync: true,
+    restartOnProfile: 'WebKitWebDriver runs MiniBrowser in automation mode, whose website data (service worker registrations, IndexedDB, cookies) lives in an ephemeral data manager: a browser started again has none of it, so there is no profile to restart on after a kill',
     updateMidRun: 'an update that stops the old worker while it starts IndexedDB transactions leaves one of them unfinished in WebKit, and the new version\'s read-write transactions on that store then wait, minutes and more (browser-update.test.mjs); WebKit also drops a fetch or message on its way to the old worker at that moment',
   },
 };

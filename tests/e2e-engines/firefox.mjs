@@ -13,7 +13,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Builder, By } from 'selenium-webdriver';
-import { atProcessEnd, startDriver } from './processes.mjs';
+import { atProcessEnd, killProcessesUsing, startDriver } from './processes.mjs';
 import { WebDriverTabs } from './webdriver-page.mjs';
 
 /** A quiet test profile: nothing reaches the network on its own, service workers on
@@ -52,6 +52,9 @@ export const FIREFOX_PREFS = {
   // the test server is on 127.0.0.1, which Firefox otherwise still reaches offline.
   'network.disable-localhost-when-offline': true,
   'devtools.console.stdout.content': true,
+  // Started again after a SIGKILL (crash.test.mjs): no restore of the crashed session.
+  'browser.sessionstore.resume_from_crash': false,
+  'toolkit.startup.max_resumed_crashes': -1,
 };
 
 /** Privileged scripts: each is the body of an async function of `args`. */
@@ -101,17 +104,19 @@ const CHROME = {
     return Services.perms.testPermissionFromPrincipal(principal, 'desktop-notification');`,
 };
 
-export async function launchFirefox() {
+/** `profile`: a profile directory to use (and keep) instead of a fresh one removed at
+ * close: a browser started again on it is the same browser after a crash. */
+export async function launchFirefox({ profile: given } = {}) {
   const firefox = process.env.FIREFOX_BIN || '/usr/bin/firefox-esr';
   const geckodriver = process.env.GECKODRIVER || join(homedir(), '.cargo/bin/geckodriver');
-  const profile = await mkdtemp(join(tmpdir(), 'sw-outbox-e2e-engines-firefox-'));
-  const unhookProfile = atProcessEnd(() => rmSync(profile, { recursive: true, force: true }));
+  const profile = given ?? await mkdtemp(join(tmpdir(), 'sw-outbox-e2e-engines-firefox-'));
+  const unhookProfile = given ? () => {} : atProcessEnd(() => rmSync(profile, { recursive: true, force: true }));
   let server;
   let driver;
   const close = async () => {
     if (driver) await driver.quit().catch(() => {});
     if (server) await server.stop().catch(() => {});
-    await rm(profile, { recursive: true, force: true }).catch(() => {});
+    if (!given) await rm(profile, { recursive: true, force: true }).catch(() => {});
     unhookProfile();
     driver = server = null;
   };
@@ -169,6 +174,9 @@ export async function launchFirefox() {
     pages: () => tabs.pages(),
     openPages: () => tabs.openPages(),
     newPage: () => tabs.newPage(),
+    /** SIGKILLs Firefox's processes (the parent and its content processes), as a
+     * phone's system does; the profile stays as the crash left it. */
+    kill: () => killProcessesUsing(profile),
     /** Stops every service worker through Firefox's service-worker manager. */
     stopWorkers: () => chrome(CHROME.terminateWorkers),
     /** How often the active workers were launched (Firefox's own count). */

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
   apiCall, eventually, flush, forEachEngine, freshStart, lastSeq, listQueue, queuedWrite, signIn,
-  signOutThroughUi, withDiagnostics, writesIn,
+  reconnectAs, signOutThroughUi, withDiagnostics, writesIn,
 } from './outbox-helpers.mjs';
 
 const P = (pid) => `/api/projects/${pid}/tasks`;
@@ -63,8 +63,10 @@ forEachEngine((engine, harness) => {
     await signIn(page, 'alice');
     await h.setNetwork(false);
     const a = await queuedWrite(page, P('p1'), { title: 'alice, offline' });
-    await h.setNetwork(true);
+    // Signed out while still offline: the worker's own retries (contract 4.8) would
+    // otherwise deliver alice's record, as alice, as soon as the server answers again.
     await signOutThroughUi(page);
+    await reconnectAs(h, page, 'bob');
     await signIn(page, 'bob');
     const b = await apiCall(page, 'POST', P('p1'), { title: 'bob, online' });
     assert.equal(b.status, 201, `bob's write goes through: ${JSON.stringify(b)}`);

@@ -72,6 +72,8 @@ forEachEngine((engine, harness) => {
       const { summary } = await waitForFlushReports(page);
       assert.equal(summary.type, 'MUTATIONS_PARTIAL', JSON.stringify(summary));
       assert.ok(summary.replayed < 4, `the budget stopped the flush: ${JSON.stringify(summary)}`);
+      assert.equal(summary.stoppedBy, 'budget', `the stop is reported (r3): ${JSON.stringify(summary)}`);
+      assert.equal(typeof summary.retryAt, 'number', 'and continued by the worker soon');
       assert.equal(summary.remaining, 4 - summary.replayed);
       assert.equal(first.affected, summary.replayed);
       // Nothing half-settled: what was applied is exactly what left the queue.

@@ -27,6 +27,23 @@ export function atProcessEnd(fn) {
   return () => endHooks.delete(fn);
 }
 
+/**
+ * SIGKILLs every process whose command line holds `marker` (a browser's unique profile
+ * directory: only the browser this test process started has it), as a phone's system
+ * kills a browser. Linux only (/proc). Resolves with how many were killed.
+ */
+export async function killProcessesUsing(marker) {
+  const { readdir, readFile } = await import('node:fs/promises');
+  let killed = 0;
+  for (const pid of await readdir('/proc')) {
+    if (!/^\d+$/.test(pid) || Number(pid) === process.pid) continue;
+    const cmdline = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => '');
+    if (!cmdline.split('\0').some((arg) => arg.includes(marker))) continue;
+    try { process.kill(Number(pid), 'SIGKILL'); killed += 1; } catch { /* already gone */ }
+  }
+  return killed;
+}
+
 /** A TCP port free right now on 127.0.0.1 (for a driver that cannot pick its own). */
 export function freePort() {
   return new Promise((resolvePort, reject) => {

@@ -40,8 +40,15 @@ forEachEngine((engine, harness) => {
       const area = page.getByTestId(`edit-body-${bad.id}`);
       await area.waitFor();
       assert.deepEqual(JSON.parse(await area.inputValue()), { title: 'x'.repeat(30) });
-      await area.fill(JSON.stringify({ title: 'short now' }));
-      await page.getByTestId(`resend-${bad.id}`).click();
+      // Edited and resent in one go: a report arriving between a fill and a click (the
+      // worker's own retries send them, r3) re-renders the panel, and the click would
+      // resend the stored body.
+      await page.evaluate(([id, text]) => {
+        const box = document.querySelector(`[data-testid="edit-body-${id}"]`);
+        box.value = text;
+        box.dispatchEvent(new Event('input', { bubbles: true }));
+        document.querySelector(`[data-testid="resend-${id}"]`).click();
+      }, [bad.id, JSON.stringify({ title: 'short now' })]);
       await eventually(async () => (await listQueue(page)).length === 0 || ((await flush(page)) && false),
         { timeout: 20000, what: 'the edited write and the one behind it to be delivered' });
       const applied = await h.applied();

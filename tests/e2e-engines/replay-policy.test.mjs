@@ -43,7 +43,8 @@ forEachEngine((engine, harness) => {
     const bobs = await waitForFlushReports(page);
     assert.deepEqual(bobs.blocked?.blocked.map((x) => [x.id, x.reason, x.ownerId]), [[a.id, 'owner-mismatch', 'alice']],
       `bob's flush reports alice's record blocked: ${JSON.stringify(bobs.all)}`);
-    assert.deepEqual(bobs.summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 1 });
+    // Only a record waiting for its owner is left: nothing stopped the flush, nothing to retry.
+    assert.deepEqual(bobs.summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 1, stoppedBy: null, retryAt: null });
     assert.deepEqual(writesIn(await h.requests(), beforeBob), [], 'bob\'s flush sent none of alice\'s records');
     assert.deepEqual((await listQueue(page)).map((q) => [q.id, q.ownerId, q.state]), [[a.id, 'alice', 'queued']],
       'still queued, still alice\'s');
@@ -90,7 +91,7 @@ forEachEngine((engine, harness) => {
       'the first p1 record was sent once (400), the later one never');
     assert.deepEqual(blocked?.blocked.map((b) => [b.id, b.reason, b.workspace]),
       [[x.id, 'rejected', 'p1'], [z.id, 'workspace-order', 'p1']]);
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 2, remaining: 2 });
+    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 2, remaining: 2, stoppedBy: null, retryAt: null });
     assert.deepEqual((await listQueue(page)).map((q) => [q.id, q.state, q.attentionReason ?? null, q.lastStatus ?? null]),
       [[x.id, 'needs-attention', 'rejected', 400], [z.id, 'queued', null, null]]);
 
@@ -189,15 +190,11 @@ forEachEngine((engine, harness) => {
     const result = (await page.evaluate(() => window.__reports))
       .find((m) => m.type === 'COMMAND_RESULT' && m.command === 'FLUSH_QUEUE');
     assert.equal(result?.ok, true, `FLUSH_QUEUE answer: ${JSON.stringify(result)}`);
-    // Without Background Sync the live worker's own retry (contract 2.6) may be the flush
+    // The live worker's own retry (contract 2.6; 4.8 r3, in every engine) may be the flush
     // that replays them, the FLUSH_QUEUE asked meanwhile joining it: PROTOCOL's count for
     // a caller that joined is what that flush replayed after it asked plus what the rerun
     // replayed, so anything from none to all of alice's records.
-    if (lacks(engine, 'backgroundSync')) {
-      assert.ok(Number.isInteger(result.affected) && result.affected >= 0 && result.affected <= alice.length, JSON.stringify(result));
-    } else {
-      assert.equal(result.affected, alice.length);
-    }
+    assert.ok(Number.isInteger(result.affected) && result.affected >= 0 && result.affected <= alice.length, JSON.stringify(result));
     assert.deepEqual((await listQueue(page)).map((r) => [r.id, r.ownerId, r.state]), bob.map((b) => [b.id, 'bob', 'queued']),
       'bob\'s records remain queued, still his');
 
@@ -233,7 +230,7 @@ forEachEngine((engine, harness) => {
     assert.equal(r.affected, 0);
     const { blocked, summary } = await waitForFlushReports(page);
     assert.deepEqual(blocked?.blocked.map((e) => [e.id, e.reason]), [[a.id, 'outcome-unknown'], [b.id, 'workspace-order']]);
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 2 });
+    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 2, stoppedBy: null, retryAt: null });
     assert.deepEqual(writesIn(await h.requests(), since).map((s) => [s.key, s.status]), [[a.key, 409]],
       'only the first record was sent');
     assert.deepEqual(await h.applied(), []);
@@ -262,13 +259,18 @@ forEachEngine((engine, harness) => {
 
     const since = await lastSeq(h);
     await clearReports(page);
+    const askedAt = Date.now();
     await flush(page);
     const stoppedAt = Date.now();
     const { summary, blocked } = await waitForFlushReports(page);
     assert.deepEqual(writesIn(await h.requests(), since).map((s) => [s.key, s.status]), [[a.key, 503]],
       'the 503 was the only write sent');
     assert.deepEqual(await h.applied(), []);
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 4 });
+    // The stop is reported (r3, contract 5): rate-limited, and when the worker tries again:
+    // after the server's second, within maxRetryAfterMs.
+    const { retryAt, ...counts } = summary;
+    assert.deepEqual(counts, { type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 4, stoppedBy: 'rate-limited' });
+    assert.ok(retryAt >= askedAt + 1000 && retryAt <= stoppedAt + 3600000, `retryAt after the Retry-After: ${JSON.stringify(summary)}`);
     for (const e of blocked?.blocked ?? []) {
       assert.ok(!['rejected', 'repeated-5xx', 'outcome-unknown'].includes(e.reason), `nothing moved to needs-attention: ${JSON.stringify(e)}`);
     }
@@ -382,17 +384,20 @@ forEachEngine((engine, harness) => {
     assert.equal(r.ok, true, JSON.stringify(r));
     const { summary } = await waitForFlushReports(page);
     const sent = writesIn(await h.requests(), flushAt);
-    // Without Background Sync the live worker retries the lane itself on its backoff
-    // (contract 2.6): sends of a may follow the 409, answered 409 or still running behind
-    // the slow request; never b. With it (Chromium), nothing but this flush sends.
+    // The live worker retries the lane itself on its backoff, in every engine (contract
+    // 2.6, and 4.8 r3: Background Sync or not): sends of a may follow the 409, answered
+    // 409 or still running behind the slow request; never b.
     const p1 = sent.filter((s) => s.path === P('p1')).map((s) => [s.key, s.status]);
-    const retries = lacks(engine, 'backgroundSync') ? p1.slice(1) : [];
+    const retries = p1.slice(1);
     assert.deepEqual(p1, [[a.key, 409], ...retries],
       `the worker's replay of a got 409 in progress and b was not sent: ${JSON.stringify(sent)}`);
     assert.ok(retries.every(([key, status]) => key === a.key && (status === 409 || status === null)),
       `only a was retried, and in progress: ${JSON.stringify(retries)}`);
     assert.ok(sent.some((s) => s.key === c.key && s.status === 201), 'the other workspace went on');
-    assert.deepEqual(summary, { type: 'MUTATIONS_PARTIAL', replayed: 1, remaining: 2 });
+    // Not stopped (the other workspace went on), but a record was left to try again: when.
+    const { retryAt, ...counts } = summary;
+    assert.deepEqual(counts, { type: 'MUTATIONS_PARTIAL', replayed: 1, remaining: 2, stoppedBy: null });
+    assert.equal(typeof retryAt, 'number', JSON.stringify(summary));
     assert.deepEqual((await listQueue(page)).map((q) => [q.id, q.state]), [[a.id, 'queued'], [b.id, 'queued']],
       'the in-progress record is unchanged (not needs-attention)');
 
@@ -400,9 +405,9 @@ forEachEngine((engine, harness) => {
     assert.equal(slowAnswer.status, 201, 'the slow request completed');
     const r2 = await flush(page);
     assert.equal(r2.ok, true, JSON.stringify(r2));
-    // (A live retry may have replayed some of the two first: between them, two.)
-    if (lacks(engine, 'backgroundSync')) assert.ok(r2.affected <= 2, JSON.stringify(r2));
-    else assert.equal(r2.affected, 2);
+    // (A live retry, in every engine since r3, may have replayed some of the two first:
+    // between them, two.)
+    assert.ok(r2.affected <= 2, JSON.stringify(r2));
     assert.deepEqual(await listQueue(page), []);
     const applied = await h.applied();
     assert.deepEqual(applied.map((x) => x.key).sort(), [a.key, b.key, c.key].sort(), JSON.stringify(applied));

@@ -85,6 +85,11 @@ forEachEngine((engine, harness) => {
       assert.equal(b2.status, 202, JSON.stringify(b2));
       const stored = (await list(tab)).find((r) => r.id === b2.body.id);
       assert.equal(stored?.ownerId, 'bob', `stored as bob's, not alice's: ${JSON.stringify(stored)}`);
+      // Decided on the database as the old worker left it, even when the page's fetch
+      // reaches the new one while it is still activating (Chromium): B1, bob's earlier
+      // write of p2, is ahead, so B2 is queued behind it without a first attempt.
+      const b2Sent = (await control('requests')).requests.filter((r) => r.key === b2.body.idempotencyKey);
+      assert.deepEqual(b2Sent, [], `B2 was held behind B1, never attempted: ${JSON.stringify(b2Sent)}`);
       await control('network', { down: false });
       await control('faults', { rules: [] });
       // The worker knows the network failed (B2): a flush's identity check shows it back

@@ -83,7 +83,17 @@ forEachEngine((engine, harness) => {
       const r = await bareWrite(page, `/api/projects/p${i % 2}/tasks`, { title: `t${i}` });
       assert.equal(r.status, 202);
     }
+    // The worker retries a stopped flush on its own in every engine (r3, contract 4.8):
+    // quieted first, so the identity checks counted below are the test's flushes'. While
+    // /auth/me answers 401, a flush stops signed out, which arms no retry and disarms the
+    // one pending (and its answer ends the offline probe); then every trigger of the
+    // worker's own is minutes away (Chromium's sync retry) or absent.
+    await h.control('faults', { rules: [{ path: '/api/auth/me', method: 'GET', kind: 'status', status: 401 }] });
     await h.setNetwork(true);
+    const quiet = await page.evaluate(() => window.demo.client.flush());
+    assert.equal(quiet.ok, true, JSON.stringify(quiet));
+    await new Promise((r) => setTimeout(r, 1000)); // a flush already under way meets the 401 too
+    await h.control('faults', { rules: [] });
     const before = (await h.requests()).filter((r) => r.path === '/api/auth/me').length;
     const results = await page.evaluate(async () => {
       const c = window.demo.client;

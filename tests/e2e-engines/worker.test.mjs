@@ -37,6 +37,8 @@ forEachEngine((engine, harness) => {
     }
 
     const qs = await send(page, { type: 'LIST_QUEUE', requestId: 7 });
-    assert.deepEqual(qs, { type: 'QUEUE_STATE', records: [], requestId: 7 }, 'LIST_QUEUE answered with its requestId');
+    assert.deepEqual(qs, {
+      type: 'QUEUE_STATE', records: [], delivery: { stoppedBy: null, retryAt: null, lastAttemptAt: null }, requestId: 7,
+    }, 'LIST_QUEUE answered with its requestId (an empty queue: nothing stalled)');
   }));
 });

@@ -62,6 +62,11 @@ export async function startInteropServer({ www = resolve(repoRoot, process.env.S
     /** Arms a one-shot fault for the write handler's next real run. */
     fault: (kind, ms) => control('fault', ms === undefined ? { kind } : { kind, ms }),
     release: () => control('release', {}),
+    /** `session` or `device` CSRF tokens (server.mjs). */
+    csrfMode: (mode) => control('csrf', { mode }),
+    /** Every task write waits `ms` before it is applied: in the route (`at: 'route'`,
+     * the default) or on arrival, before the middleware (`'arrival'`). */
+    hold: (ms, at = 'route') => control('hold', { ms, at }),
     reset: () => control('reset', {}),
   };
 }

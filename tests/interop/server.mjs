@@ -54,6 +54,21 @@ function freshState() {
     waiting: new Set(),
     networkDown: false,
     nextTaskId: 1,
+    /** `session` (the default): each sign-in gets its own CSRF token. `device`: the token
+     * belongs to the browser (a `did` cookie, as csurf's cookie-stored secret does) and
+     * outlives a sign-in as another account: a write carrying the token read before the
+     * sign-in still passes, so only the outbox can keep it from landing under the new
+     * account (the sign-in race, tests/e2e-engines/sign-in-race.test.mjs). */
+    csrf: 'session',
+    /** Device id → CSRF token, in `device` mode. */
+    deviceTokens: new Map(),
+    /** Every real run of the task handler waits this long (after the account was read
+     * from the request), so that a flush of several records takes a while. */
+    holdMs: 0,
+    /** Where `holdMs` holds a task write: `route` (in the handler, after the middleware
+     * claimed its key), or `arrival` (before the middleware: a write whose client went
+     * away meanwhile is dropped unprocessed, as a server that never got to it). */
+    holdAt: 'route',
     // A new middleware instance brings a new default in-memory adapter: the same as
     // restarting the app, without touching the package's code.
     idempotent: idempotency(),
@@ -79,6 +94,16 @@ function sessionOf(req) {
 function signedIn(req) {
   const s = sessionOf(req);
   return s?.userId ? s : null;
+}
+
+/** The browser's device id in `device` CSRF mode (set on its first sign-in). */
+const deviceOf = (req) => parseCookies(req.headers.cookie).get('did') ?? null;
+
+/** The CSRF token a request must carry: its session's, or (`device` mode) its browser's. */
+function csrfTokenOf(req, session) {
+  if (state.csrf !== 'device') return session?.csrfToken ?? null;
+  const did = deviceOf(req);
+  return did ? state.deviceTokens.get(did) ?? null : null;
 }
 
 const app = express();
@@ -136,6 +161,20 @@ control.post('/release', (req, res) => {
   for (const wake of state.waiting) wake();
   return res.json({ released });
 });
+control.post('/csrf', (req, res) => {
+  const mode = req.body?.mode;
+  if (mode !== 'session' && mode !== 'device') return res.status(400).json({ detail: 'mode must be "session" or "device"' });
+  state.csrf = mode;
+  return res.json({ mode });
+});
+control.post('/hold', (req, res) => {
+  const { ms, at = 'route' } = req.body ?? {};
+  if (!(Number.isSafeInteger(ms) && ms >= 0)) return res.status(400).json({ detail: 'ms must be a non-negative integer' });
+  if (at !== 'route' && at !== 'arrival') return res.status(400).json({ detail: 'at must be "route" or "arrival"' });
+  state.holdMs = ms;
+  state.holdAt = at;
+  return res.json({ ms, at });
+});
 control.post('/reset', (req, res) => {
   for (const wake of state.waiting) wake();
   state = freshState();
@@ -157,7 +196,16 @@ app.post('/api/auth/login', (req, res) => {
   const old = sessionOf(req);
   if (old) state.sessions.delete(old.sid);
   const sid = randomBytes(18).toString('base64url');
-  const csrfToken = randomBytes(18).toString('base64url');
+  let csrfToken = randomBytes(18).toString('base64url');
+  if (state.csrf === 'device') {
+    let did = deviceOf(req);
+    if (!did || !state.deviceTokens.has(did)) {
+      did = randomBytes(12).toString('base64url');
+      state.deviceTokens.set(did, csrfToken);
+      res.cookie('did', did, { httpOnly: true, sameSite: 'lax', path: '/' });
+    }
+    csrfToken = state.deviceTokens.get(did);
+  }
   state.sessions.set(sid, { userId, csrfToken });
   res.cookie('sid', sid, { httpOnly: true, sameSite: 'lax', path: '/' });
   return res.json({ user: { id: userId }, csrfToken });
@@ -173,17 +221,26 @@ app.post('/api/auth/logout', (req, res) => {
 app.get('/api/auth/me', (req, res) => {
   const s = signedIn(req);
   if (!s) return res.status(401).json({ user: null });
-  return res.json({ user: { id: s.userId }, csrfToken: s.csrfToken });
+  return res.json({ user: { id: s.userId }, csrfToken: csrfTokenOf(req, s) });
 });
 
 // Every other /api/ route needs the session; writes also need the CSRF token.
 app.use('/api', (req, res, next) => {
   const s = signedIn(req);
   if (!s) return res.status(401).json({ detail: 'not_signed_in' });
-  if (req.method !== 'GET' && req.method !== 'HEAD' && req.get('x-csrf-token') !== s.csrfToken) {
+  if (req.method !== 'GET' && req.method !== 'HEAD' && req.get('x-csrf-token') !== csrfTokenOf(req, s)) {
     return res.status(403).json({ detail: 'csrf_failed' });
   }
   req.account = s.userId;
+  return next();
+});
+
+// `hold` at arrival: before the middleware sees the write.
+app.post('/api/projects/:pid/tasks', async (req, res, next) => {
+  const run = state;
+  if (run.holdAt !== 'arrival' || run.holdMs === 0) return next();
+  await waitOrRelease(run.holdMs);
+  if (state !== run || req.socket.destroyed) { req.socket.destroy(); return undefined; }
   return next();
 });
 
@@ -212,6 +269,10 @@ app.post('/api/projects/:pid/tasks', async (req, res) => {
   const fault = run.faults.shift() ?? null;
   run.running += 1;
   try {
+    if (run.holdMs > 0 && run.holdAt === 'route') {
+      await waitOrRelease(run.holdMs);
+      if (state !== run) { req.socket.destroy(); return; }
+    }
     if (fault?.kind === 'slow') {
       await waitOrRelease(fault.ms);
       // Reset meanwhile: this request belongs to a test that is over.

@@ -12,7 +12,7 @@ import {
   type NotQueuedResponseBody, type OfflineResponseBody, type OutboxConfig,
   type QueueRecord, type QueueState, type QueuedResponseBody, type RebindRecordsCommand,
   type RecordId, type RecoverRecordCommand, type Report, type ReportType, type RequestId,
-  type SetNotificationsCommand, type WorkerMessage, type WriteMethod,
+  type SetNotificationsCommand, type WorkerMessage, type WriteMethod, type StopReason, type Delivery,
 } from 'sw-outbox';
 import swOutbox, { type SwOutboxOptions } from 'sw-outbox/vite';
 import type { Plugin } from 'vite';
@@ -87,6 +87,14 @@ async function adopter(): Promise<void> {
   });
   outbox.on('MUTATIONS_REPLAYED', (m: MutationsReplayed) => m.count);
   outbox.on('MUTATIONS_PARTIAL', (m: MutationsPartial) => m.replayed + m.remaining);
+  outbox.on('MUTATIONS_PARTIAL', (m: MutationsPartial) => {
+    const why: StopReason | null = m.stoppedBy;
+    const at: number | null = m.retryAt;
+    void [why, at];
+  });
+  // @ts-expect-error not a stop reason of the contract
+  const notAStop: StopReason = 'network';
+  void notAStop;
   outbox.on('MUTATION_QUEUED', (m: MutationQueued) => m.path);
   outbox.on('SHOW_RECORD', (m: ShowRecord) => m.id);
   // @ts-expect-error MUTATIONS_REPLAYED carries a count, not a list
@@ -110,6 +118,10 @@ async function adopter(): Promise<void> {
   const flushed: CommandResult = await outbox.flush();
   const affected: number | undefined = flushed.affected;
   const state: QueueState = await outbox.list();
+  const delivery: Delivery = state.delivery;
+  const stalled: boolean = delivery.stoppedBy !== null && delivery.retryAt === null;
+  const lastAttempt: number | null = delivery.lastAttemptAt;
+  void [stalled, lastAttempt];
   const record: QueueRecord | undefined = state.records[0];
   const attention: AttentionReason | null | undefined = record?.attentionReason;
   const id: RecordId = record?.id ?? 1;
