@@ -7,10 +7,13 @@
 use super::http::{discard_body, header, identity, read_bounded, send, Deadline, IdentityAnswer};
 use super::{absolute, clients, now_ms, Inner, Trigger};
 use crate::core::answer::{
-    after_recheck, check_age, classify, settle, Age, AnswerBody, ReplayAnswer, Settlement, Verdict,
+    after_recheck, check_age, classify, replay_unavailable_status, settle, Age, AnswerBody,
+    ReplayAnswer, Settlement, Verdict,
 };
 use crate::core::backoff::{Backoff, FlushEnd};
 use crate::core::barrier::Checked;
+use crate::core::content::is_textual;
+use crate::core::credential::{Bearer, Credential};
 use crate::core::delivery::{identity_unavailable, retry_at, Delivery, StopReason};
 use crate::core::identity::Identity;
 use crate::core::key::IdempotencyKey;
@@ -38,6 +41,8 @@ pub struct FlushOutcome {
     /// Settles once the retry it scheduled ran, when that retry is near: the event that
     /// asked for the flush keeps the worker alive for it (`worker::retry`).
     pub keep_alive: Option<js_sys::Promise>,
+    /// It sent pages a summary (`MUTATIONS_REPLAYED` or `MUTATIONS_PARTIAL`).
+    pub reported: bool,
 }
 /// A caller waiting for the flush after the running one: `seen` is how many records the
 /// running flush had replayed when it asked.
@@ -130,6 +135,7 @@ fn not_run(why: impl Into<String>, retry_later: bool) -> FlushOutcome {
         not_run: Some(why.into()),
         retry_later,
         keep_alive: None,
+        reported: false,
     }
 }
 
@@ -139,6 +145,8 @@ fn not_run(why: impl Into<String>, retry_later: bool) -> FlushOutcome {
 struct Who {
     user: String,
     csrf: Option<String>,
+    /// A bearer session's credential (r3): this account's replays carry it.
+    credential: Option<Credential>,
     checked: Checked,
     generation: u32,
     stale_rechecked: bool,
@@ -150,6 +158,7 @@ enum Check {
         user: String,
         csrf: Option<String>,
         checked: Checked,
+        credential: Option<Credential>,
     },
     SignedOut,
     /// No identity could be read: the flush stops (contract 4.1, 4.8).
@@ -173,12 +182,29 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
                 why: "a sign-in was still under way when the flush's time ran out".into(),
             };
         }
+        // A bearer session whose credential this worker does not hold (restarted, with
+        // `persistAuthorization` false): the pages are asked for it before anything is
+        // replayed (r3), and the next `AUTH_SESSION` resumes (`unauthorized` awaits it).
+        let bearer = inner.bearer();
+        if let Bearer::Missing { user } = &bearer {
+            super::commands::ask_for_credential(user).await;
+            return Check::Stopped {
+                stop: StopReason::Unauthorized,
+                end: FlushEnd::Clean,
+                why: format!("the credential of {user} is needed: AUTH_NEEDED was sent"),
+            };
+        }
         let Some(checked) = inner.identity_check_begins() else {
             continue;
+        };
+        let credential = match &bearer {
+            Bearer::Held(c) => Some(c.clone()),
+            _ => None,
         };
         let answer = identity(
             &absolute(&cfg.auth_me_path),
             None,
+            credential.as_ref().map(|c| c.authorization.as_str()),
             cfg.attempt_timeout_ms,
             &cfg.csrf_header,
         )
@@ -216,7 +242,23 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
                 user,
                 csrf,
                 checked,
+                credential,
             },
+            // The server did not take the credential (expired): the pages are asked for a
+            // new one, and the flush resumes when it comes (r3, 4.1). Not "signed out":
+            // nothing is reported `no-session`.
+            Identity::SignedOut if credential.is_some() => {
+                let user = credential.as_ref().map_or("", |c| c.user.as_str());
+                inner.credential_refused(credential.as_ref().map(|c| &c.authorization));
+                super::commands::ask_for_credential(user).await;
+                Check::Stopped {
+                    stop: StopReason::Unauthorized,
+                    end: FlushEnd::Clean,
+                    why: format!(
+                        "the server refused the credential of {user}: AUTH_NEEDED was sent"
+                    ),
+                }
+            }
             Identity::SignedOut => Check::SignedOut,
             Identity::Unavailable { status } => Check::Stopped {
                 stop: StopReason::IdentityCheck,
@@ -268,9 +310,11 @@ async fn recheck(inner: &Rc<Inner>, who: &mut Who, deadline: u64) -> Recheck {
             user,
             csrf,
             checked,
+            credential,
         } if user == who.user => {
             who.csrf = csrf;
             who.checked = checked;
+            who.credential = credential;
             Recheck::Same
         }
         Check::SignedIn { .. } => Recheck::Changed { signed_out: false },
@@ -307,13 +351,14 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         out.keep_alive = inner.retry_when(Some(backoff.next_automatic().max(started + 1)));
         return out;
     }
-    let (user, csrf, checked) = match check_identity(inner, deadline).await {
+    let (user, csrf, checked, credential) = match check_identity(inner, deadline).await {
         Check::SignedIn {
             user,
             csrf,
             checked,
-        } => (Some(user), csrf, Some(checked)),
-        Check::SignedOut => (None, None, None),
+            credential,
+        } => (Some(user), csrf, Some(checked), credential),
+        Check::SignedOut => (None, None, None, None),
         Check::Stopped { stop, end, why } => {
             return stopped_before_reading(inner, trigger, backoff, started, stop, end, why).await;
         }
@@ -390,11 +435,16 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     // a person (expired first).
     let mut sent_kinds = SentKinds::default();
     let mut first_attention = first_expired;
+    // What the server answered each replayed write (r3: `MUTATION_SETTLED`), by account.
+    let mut settled: Vec<(String, Outgoing)> = Vec::new();
+    // The credential a replay's 401 refused (r3): the pages are asked for a new one.
+    let mut refused: Option<Credential> = None;
     match (&user, checked) {
         (Some(u), Some(checked)) => {
             let mut who = Who {
                 user: u.clone(),
                 csrf,
+                credential,
                 checked,
                 generation: 0,
                 stale_rechecked: false,
@@ -432,6 +482,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                     let first_send = metas.get(&id).is_some_and(|m| m.first_sent_at.is_none());
                     let lane = Lane {
                         csrf: who.csrf.clone(),
+                        credential: who.credential.clone(),
                         first_send,
                         generation: who.generation,
                         final_stale: who.stale_rechecked,
@@ -500,6 +551,12 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                         sent_kinds.count(&m.method);
                     }
                 }
+                if let Some(answered) = sent.settled {
+                    settled.push(answered.report(sent.id));
+                }
+                if sent.verdict == Verdict::SignedOut && sent.carried_credential {
+                    refused = refused.or(who.credential.clone());
+                }
                 if sent.attention.is_some() {
                     first_attention = Some(first_attention.map_or(sent.id, |f| f.min(sent.id)));
                 }
@@ -516,6 +573,9 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             if !inner.steps_stored().await {
                 replay.stop();
                 ending.stop.get_or_insert(StopReason::Storage);
+                // A replayed write whose deletion may not be stored is sent again, and its
+                // answer (the server's ledger's) reported then.
+                settled.clear();
             }
         }
         _ => {
@@ -547,6 +607,12 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     };
     save_flush_end(inner, backoff, after, delivery).await;
 
+    // Each replayed write's answer, to its account's windows only (r3, contract 5).
+    clients::to_accounts(&inner.accounts, inner.session_user().as_deref(), &settled).await;
+    if let Some(c) = &refused {
+        inner.credential_refused(Some(&c.authorization));
+        super::commands::ask_for_credential(&c.user).await;
+    }
     if !identity_changed {
         let blocked = replay
             .blocked()
@@ -589,6 +655,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         not_run: None,
         retry_later: !drained && (ending.stop.is_some() || ending.held || replay.is_stopped()),
         keep_alive,
+        reported: true,
     }
 }
 
@@ -636,6 +703,7 @@ async fn stopped_before_reading(
     let keep_alive = after_stop(inner, trigger, &delivery, drained).await;
     let mut out = not_run(why, !drained);
     out.keep_alive = keep_alive;
+    out.reported = !drained;
     out
 }
 
@@ -776,11 +844,45 @@ struct Sent {
     generation: u32,
     /// Not sent, and why.
     held: Option<Held>,
+    /// A 2xx answer, for `MUTATION_SETTLED` (r3).
+    settled: Option<Answered>,
+    /// The request carried the session's credential (a 401 to it asks for a new one).
+    carried_credential: bool,
+}
+
+/// A replayed write's 2xx answer as pages get it (r3, contract 5): its status, and its
+/// body when it is text or JSON read whole within 64 KiB and the attempt's deadline.
+struct Answered {
+    key: String,
+    owner: Option<String>,
+    status: u16,
+    content_type: Option<String>,
+    body: Option<String>,
+}
+
+impl Answered {
+    /// The report, with the account whose windows get it.
+    fn report(self, id: RecordId) -> (String, Outgoing) {
+        let account = self.owner.clone().unwrap_or_default();
+        (
+            account,
+            Outgoing::Settled {
+                id,
+                idempotency_key: self.key,
+                owner_id: self.owner,
+                status: self.status,
+                content_type: self.content_type,
+                body: self.body,
+            },
+        )
+    }
 }
 
 /// What a lane is given with its record: the identity it is sent under.
 struct Lane {
     csrf: Option<String>,
+    /// A bearer session's credential: sent with the records of its own account.
+    credential: Option<Credential>,
     /// The record never left the worker (its mark is committed strictly).
     first_send: bool,
     generation: u32,
@@ -797,15 +899,36 @@ fn credentials_mode(c: Credentials) -> RequestCredentials {
     }
 }
 
-/// The answer as `core::answer::classify` reads it, its body read within bounds.
-async fn read_answer(response: Response, deadline: &Deadline) -> Verdict {
+/// The answer as `core::answer::classify` reads it, its body read within bounds; for a
+/// 2xx, what pages are told of it (`MUTATION_SETTLED`, r3): the body is read only when
+/// it is text or JSON, at most 64 KiB, within the attempt's deadline — a bigger,
+/// binary, stalled or cut one is not given, and the write is settled all the same.
+async fn read_answer(response: Response, deadline: &Deadline) -> (Verdict, Option<TwoXx>) {
     let headers = response.headers();
     let retry_after = header(&headers, "Retry-After");
     let replayed = header(&headers, "Idempotent-Replayed")
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     let status = response.status();
+    let content_type = header(&headers, "Content-Type");
     let opaque_redirect = response.type_() == ResponseType::Opaqueredirect;
-    let body = if (200..300).contains(&status) || opaque_redirect {
+    let two_xx = (200..300).contains(&status) && !opaque_redirect;
+    if two_xx {
+        let body = if is_textual(content_type.as_deref()) {
+            let read = read_bounded(&response, deadline).await;
+            (read.complete && !read.text.is_empty()).then_some(read.text)
+        } else {
+            discard_body(&response);
+            None
+        };
+        let verdict = classify(Some(ReplayAnswer::status(status)), now_ms());
+        let answered = TwoXx {
+            status,
+            content_type: content_type.filter(|_| body.is_some()),
+            body,
+        };
+        return (verdict, Some(answered));
+    }
+    let body = if opaque_redirect {
         discard_body(&response);
         None
     } else {
@@ -817,16 +940,31 @@ async fn read_answer(response: Response, deadline: &Deadline) -> Verdict {
         (None, Some(b)) if !b.text.is_empty() => AnswerBody::Text(&b.text),
         _ => AnswerBody::None,
     };
-    classify(
-        Some(ReplayAnswer {
+    let answer = ReplayAnswer {
+        status,
+        opaque_redirect,
+        retry_after: retry_after.as_deref(),
+        replayed,
+        body: answer_body,
+    };
+    let verdict = classify(Some(answer), now_ms());
+    // A ledger that kept only the status of a 2xx (`idempotency_replay_unavailable`):
+    // settled with that status, no body.
+    let stored = replay_unavailable_status(&answer)
+        .filter(|_| verdict == Verdict::Replayed)
+        .map(|status| TwoXx {
             status,
-            opaque_redirect,
-            retry_after: retry_after.as_deref(),
-            replayed,
-            body: answer_body,
-        }),
-        now_ms(),
-    )
+            content_type: None,
+            body: None,
+        });
+    (verdict, stored)
+}
+
+/// A 2xx answer's status and readable body.
+struct TwoXx {
+    status: u16,
+    content_type: Option<String>,
+    body: Option<String>,
 }
 
 /// Sends one record and persists what its answer means.
@@ -839,6 +977,8 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
         persisted,
         generation,
         held: None,
+        settled: None,
+        carried_credential: false,
     };
     let held = |why| Sent {
         id,
@@ -847,6 +987,8 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
         persisted: true,
         generation,
         held: Some(why),
+        settled: None,
+        carried_credential: false,
     };
     if !inner.replay_allowed(lane.checked) {
         return held(Held::SignIn);
@@ -917,6 +1059,14 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
     if let Some(t) = &lane.csrf {
         let _ = headers.set(&cfg.csrf_header, t);
     }
+    // The session's credential, for its own account's records only (r3); a page's own
+    // `Authorization` is never stored, so this is the only one a replay carries.
+    let authorization = lane
+        .credential
+        .as_ref()
+        .and_then(|c| c.for_owner(meta.owner.as_deref()));
+    let carried_credential =
+        authorization.is_some_and(|a| headers.set("Authorization", a.as_str()).is_ok());
     if let Some(ct) = &meta.content_type {
         let _ = headers.set("Content-Type", ct);
     }
@@ -939,10 +1089,10 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
     if !inner.replay_allowed(lane.checked) {
         return held(Held::SignIn);
     }
-    let verdict = match send(&init, &url, cfg.attempt_timeout_ms, None).await {
+    let (verdict, two_xx) = match send(&init, &url, cfg.attempt_timeout_ms, None).await {
         Err(_) => {
             inner.network_failed();
-            classify(None, now_ms())
+            (classify(None, now_ms()), None)
         }
         Ok((response, deadline)) => {
             inner.network_answered();
@@ -970,5 +1120,18 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
     if let Some((step, lane)) = step {
         inner.hand_over_step(step, lane);
     }
-    done(verdict, attention, true)
+    let settled = two_xx
+        .filter(|_| verdict == Verdict::Replayed)
+        .map(|a| Answered {
+            key: key.as_str().to_owned(),
+            owner: meta.owner.clone(),
+            status: a.status,
+            content_type: a.content_type,
+            body: a.body,
+        });
+    Sent {
+        settled,
+        carried_credential,
+        ..done(verdict, attention, true)
+    }
 }
