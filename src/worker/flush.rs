@@ -161,11 +161,14 @@ enum Check {
         credential: Option<Credential>,
     },
     SignedOut,
-    /// No identity could be read: the flush stops (contract 4.1, 4.8).
+    /// No identity could be read: the flush stops (contract 4.1, 4.8). `ask`: the
+    /// account whose credential the pages are asked for (`AUTH_NEEDED`, r3) once the stop
+    /// is stored, so that the `AUTH_SESSION` answering it finds the stop it resumes.
     Stopped {
         stop: StopReason,
         end: FlushEnd,
         why: String,
+        ask: Option<String>,
     },
 }
 
@@ -180,6 +183,7 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
                 stop: StopReason::Budget,
                 end: FlushEnd::Clean,
                 why: "a sign-in was still under way when the flush's time ran out".into(),
+                ask: None,
             };
         }
         // A bearer session whose credential this worker does not hold (restarted, with
@@ -187,11 +191,11 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
         // replayed (r3), and the next `AUTH_SESSION` resumes (`unauthorized` awaits it).
         let bearer = inner.bearer();
         if let Bearer::Missing { user } = &bearer {
-            super::commands::ask_for_credential(user).await;
             return Check::Stopped {
                 stop: StopReason::Unauthorized,
                 end: FlushEnd::Clean,
                 why: format!("the credential of {user} is needed: AUTH_NEEDED was sent"),
+                ask: Some(user.clone()),
             };
         }
         let Some(checked) = inner.identity_check_begins() else {
@@ -220,6 +224,7 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
                     stop: StopReason::Offline,
                     end: FlushEnd::Transient,
                     why: "the identity check failed: offline".into(),
+                    ask: None,
                 }
             }
             IdentityAnswer::Stalled => {
@@ -227,6 +232,7 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
                     stop: StopReason::IdentityCheck,
                     end: FlushEnd::Transient,
                     why: "the identity check's answer did not arrive in time".into(),
+                    ask: None,
                 }
             }
             IdentityAnswer::Answered {
@@ -250,13 +256,13 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
             Identity::SignedOut if credential.is_some() => {
                 let user = credential.as_ref().map_or("", |c| c.user.as_str());
                 inner.credential_refused(credential.as_ref().map(|c| &c.authorization));
-                super::commands::ask_for_credential(user).await;
                 Check::Stopped {
                     stop: StopReason::Unauthorized,
                     end: FlushEnd::Clean,
                     why: format!(
                         "the server refused the credential of {user}: AUTH_NEEDED was sent"
                     ),
+                    ask: Some(user.to_owned()),
                 }
             }
             Identity::SignedOut => Check::SignedOut,
@@ -264,6 +270,7 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
                 stop: StopReason::IdentityCheck,
                 end: identity_unavailable(status, retry_after.as_deref(), now_ms()),
                 why: format!("the identity check answered {status}"),
+                ask: None,
             },
         };
     }
@@ -298,8 +305,8 @@ enum Recheck {
     Same,
     /// Another account, or nobody: this flush's plan no longer holds.
     Changed { signed_out: bool },
-    /// No identity: the flush stops.
-    Failed(StopReason, FlushEnd),
+    /// No identity: the flush stops (with the account whose credential is asked for).
+    Failed(StopReason, FlushEnd, Option<String>),
 }
 
 /// Checks the identity again (after a session change, or a stale-identity answer).
@@ -319,7 +326,7 @@ async fn recheck(inner: &Rc<Inner>, who: &mut Who, deadline: u64) -> Recheck {
         }
         Check::SignedIn { .. } => Recheck::Changed { signed_out: false },
         Check::SignedOut => Recheck::Changed { signed_out: true },
-        Check::Stopped { stop, end, .. } => Recheck::Failed(stop, end),
+        Check::Stopped { stop, end, ask, .. } => Recheck::Failed(stop, end, ask),
     }
 }
 
@@ -359,8 +366,14 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             credential,
         } => (Some(user), csrf, Some(checked), credential),
         Check::SignedOut => (None, None, None, None),
-        Check::Stopped { stop, end, why } => {
-            return stopped_before_reading(inner, trigger, backoff, started, stop, end, why).await;
+        Check::Stopped {
+            stop,
+            end,
+            why,
+            ask,
+        } => {
+            return stopped_before_reading(inner, trigger, backoff, started, stop, end, why, ask)
+                .await;
         }
     };
     let items = match read_all(inner).await {
@@ -374,6 +387,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                 StopReason::Storage,
                 FlushEnd::Transient,
                 format!("the queue could not be read: {e}"),
+                None,
             )
             .await;
         }
@@ -439,6 +453,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let mut settled: Vec<(String, Outgoing)> = Vec::new();
     // The credential a replay's 401 refused (r3): the pages are asked for a new one.
     let mut refused: Option<Credential> = None;
+    // The account whose credential a re-check found refused or missing (r3).
+    let mut ask_for: Option<String> = None;
     match (&user, checked) {
         (Some(u), Some(checked)) => {
             let mut who = Who {
@@ -471,7 +487,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                                 StopReason::IdentityCheck
                             });
                         }
-                        Recheck::Failed(stop, end) => {
+                        Recheck::Failed(stop, end, ask) => {
+                            ask_for = ask_for.or(ask);
                             replay.stop();
                             ending.stop.get_or_insert(stop);
                             ending.end = worst(ending.end, end);
@@ -528,7 +545,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                             continue;
                         }
                         Some(Recheck::Changed { .. }) => identity_changed = true,
-                        Some(Recheck::Failed(stop, end)) => {
+                        Some(Recheck::Failed(stop, end, ask)) => {
+                            ask_for = ask_for.or(ask);
                             ending.stop.get_or_insert(stop);
                             ending.end = worst(ending.end, end);
                         }
@@ -609,9 +627,13 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
 
     // Each replayed write's answer, to its account's windows only (r3, contract 5).
     clients::to_accounts(&inner.accounts, inner.session_user().as_deref(), &settled).await;
+    // Asked once the stop is stored: the `AUTH_SESSION` that answers finds what it resumes.
     if let Some(c) = &refused {
         inner.credential_refused(Some(&c.authorization));
-        super::commands::ask_for_credential(&c.user).await;
+        ask_for = ask_for.or(Some(c.user.clone()));
+    }
+    if let Some(user) = &ask_for {
+        super::commands::ask_for_credential(user).await;
     }
     if !identity_changed {
         let blocked = replay
@@ -663,6 +685,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
 /// read, failed): the stop is persisted, reported (`MUTATIONS_PARTIAL` with `stoppedBy`
 /// and `retryAt`, no `MUTATIONS_BLOCKED`: without an identity nothing can be said of the
 /// records) and retried (contract 4.1, 4.8).
+#[allow(clippy::too_many_arguments)]
 async fn stopped_before_reading(
     inner: &Rc<Inner>,
     trigger: Trigger,
@@ -671,6 +694,7 @@ async fn stopped_before_reading(
     stop: StopReason,
     end: FlushEnd,
     why: String,
+    ask: Option<String>,
 ) -> FlushOutcome {
     let after = backoff.after(
         end,
@@ -690,6 +714,9 @@ async fn stopped_before_reading(
         last_attempt_at: Some(started),
     };
     save_flush_end(inner, backoff, after, delivery).await;
+    if let Some(user) = &ask {
+        super::commands::ask_for_credential(user).await;
+    }
     if !drained {
         clients::broadcast(&Outgoing::flush_summary(
             0,
@@ -777,6 +804,7 @@ async fn stale_identity(
         return Some(Recheck::Failed(
             StopReason::AccountMismatch,
             FlushEnd::Transient,
+            None,
         ));
     }
     who.stale_rechecked = true;
