@@ -199,6 +199,23 @@ forEachEngine((engine, harness) => {
       await eventually(async () => (await h.applied()).length >= 2, { what: 'the two writes left' });
       assert.deepEqual(await appliedTexts(h), ['first, attempted', 'second, fixed'], 'the edit once, the cancelled write never');
       assert.deepEqual(await listQueue(page), []);
+
+      // The last write cancelled offline: its flush stops before it can report, and a
+      // report follows all the same (the queue is empty), so every window drops it.
+      await offline(true);
+      try {
+        const last = await queuedWrite(page, NOTES, { text: 'cancelled, the queue then empty' });
+        await clearReports(page);
+        const cancelled = await send(page, { type: 'RECOVER_RECORD', id: last.id, ownerId: 'alice', action: 'discard' });
+        assert.deepEqual([cancelled.ok, cancelled.affected], [true, 1], JSON.stringify(cancelled));
+        const report = await eventually(async () => (await reports(page)).find((m) => m.type === 'MUTATIONS_REPLAYED'),
+          { timeout: 10000, what: 'a report after the last write was cancelled' });
+        assert.deepEqual(report, { type: 'MUTATIONS_REPLAYED', count: 0 });
+      } finally {
+        await offline(false);
+      }
+      await flush(page);
+      assert.equal((await h.applied()).length, 2, 'the cancelled write never sent');
     }));
 
   test('a record of no known owner is read and discarded by the signed-in account, nothing of it reaching the server',
