@@ -393,7 +393,7 @@ forEachEngine((engine, harness) => {
       `the worker's replay of a got 409 in progress and b was not sent: ${JSON.stringify(sent)}`);
     assert.ok(retries.every(([key, status]) => key === a.key && (status === 409 || status === null)),
       `only a was retried, and in progress: ${JSON.stringify(retries)}`);
-    assert.ok(sent.some((s) => s.key === c.key && s.status === 201), 'the other workspace went on');
+    assert.ok(sent.some((s) => s.key === c.key && s.status === 201), `the other workspace went on: ${JSON.stringify(sent)}`);
     // Not stopped (the other workspace went on), but a record was left to try again: when.
     const { retryAt, ...counts } = summary;
     assert.deepEqual(counts, { type: 'MUTATIONS_PARTIAL', replayed: 1, remaining: 2, stoppedBy: null });
