@@ -622,8 +622,8 @@ export class OutboxClient {
 
   /**
    * Tells the waiting version to take over (`{"type":"SKIP_WAITING"}`, as workbox-window
-   * and vite-plugin-pwa send it) and resolves once it controls this page: true; false at
-   * once when no version waits. It rejects when the waiting version is discarded or does
+   * and vite-plugin-pwa send it) and resolves once it is activated and controls this
+   * page: true; false at once when no version waits. It rejects when the waiting version is discarded or does
    * not take over within `timeoutMs`.
    * @param {{timeoutMs?: number}} [options]
    * @returns {Promise<boolean>}
@@ -635,7 +635,7 @@ export class OutboxClient {
     const took = waitUntil(
       () => {
         if (worker.state === 'redundant') throw new Error('outbox: the waiting version was discarded');
-        return container.controller === worker;
+        return container.controller === worker && worker.state === 'activated';
       },
       [[container, 'controllerchange'], [worker, 'statechange']],
       timeoutMs,
