@@ -797,10 +797,9 @@ export async function registerOutbox({
 }
 
 /**
- * Resolves once an activated worker of `registration` controls this page
- * (`navigator.serviceWorker.ready` alone may resolve while the worker is still
- * activating, before it can answer); rejects when the install failed, when the worker
- * is active and the page stays uncontrolled (Shift+Reload, outside the scope), or after
+ * Resolves once a worker controls this page (`navigator.serviceWorker.ready` alone may
+ * resolve before any does); rejects when the install failed, when the worker is active
+ * and the page stays uncontrolled (Shift+Reload, outside the scope), or after
  * `timeoutMs`.
  * @param {ServiceWorkerRegistration} registration
  * @param {string} scriptUrl
@@ -835,8 +834,13 @@ function controlOf(registration, scriptUrl, timeoutMs) {
       if (!newest() && watched?.state === 'redundant') {
         throw new Error(`outbox: the worker at ${scriptUrl} failed to install (see its console)`);
       }
+      // Controlled by a worker that is activated, or activating: WebKit never tells a page
+      // loaded while its controller was activating that it became activated (its
+      // ServiceWorker objects stay `activating`; a document opened later sees
+      // `activated`), and an activating worker answers messages already.
+      const state = container.controller?.state;
+      if (state === 'activated' || state === 'activating') return true;
       const active = registration.active?.state === 'activated';
-      if (active && container.controller !== null) return true;
       // Active, and nothing installing that would claim this page: its claim came first,
       // so an uncontrolled page stays so (give the claim a moment all the same).
       if (active && !registration.installing) {
