@@ -211,12 +211,18 @@ let skipRequested = CONFIG.skipWaiting !== false;
 let startup = null; // the flush run once per worker start, once this worker is active
 let startupKept = false; // whether an event already waits for it
 
+/** Resolves with the module's loading once something asked for it (see startWhenIdle). */
+let asked;
+const askedFor = new Promise((resolve) => { asked = resolve; });
+
 /** Loads the module (from the cache when it is there) and starts the outbox. */
 function outbox() {
+  clearTimeout(idleStart);
   if (!loading) {
     loading = (async () => {
-      const cache = await caches.open(CACHE);
-      let bytes = await cache.match(WASM_URL);
+      // Looked up without opening the cache: opening creates it, and a worker being
+      // replaced would bring back the cache its successor's activation just deleted.
+      let bytes = await caches.match(WASM_URL, { cacheName: CACHE });
       if (!bytes) {
         bytes = await fetch(WASM_URL);
         if (!bytes.ok) throw new Error(`sw-outbox: ${WASM_URL} answered ${bytes.status}`);
@@ -234,8 +240,30 @@ function outbox() {
       console.error('sw-outbox: the module did not start', e);
       loading = null; // the next event tries again
     });
+    asked(loading);
   }
   return loading;
+}
+
+/**
+ * A worker the browser started for requests that are not the outbox's (a page's
+ * navigation and files) starts its module only once they stopped coming: IDLE_START_MS
+ * after the last of them, at most IDLE_START_MAX_MS after the first. Instantiating the
+ * module and opening the database take the worker's thread for a while (bench/README.md,
+ * start-up steps), and every request of a controlled page is dispatched on that thread,
+ * answered or not. It still starts on every start, for its start-up flush; an event that
+ * needs it starts it at once.
+ */
+const IDLE_START_MS = 500;
+const IDLE_START_MAX_MS = 3000;
+let idleStart = null;
+let idleDeadline = 0;
+function startWhenIdle() {
+  if (loading) return;
+  const now = Date.now();
+  if (!idleDeadline) idleDeadline = now + IDLE_START_MAX_MS;
+  clearTimeout(idleStart);
+  idleStart = setTimeout(() => { outbox().catch(() => {}); }, Math.max(0, Math.min(IDLE_START_MS, idleDeadline - now)));
 }
 
 /** Whether this worker is the registration's active one. An installing or waiting
@@ -307,11 +335,12 @@ function nudgeWaiting() {
 
 /** Keeps the worker alive for the start-up flush: the first event after start only, so
  * no later event is held by it (a fetch the outbox does not answer included: its
- * `waitUntil` holds the worker, not the request). */
+ * `waitUntil` holds the worker, not the request, and it waits for the module's idle
+ * start without asking for the module itself). */
 function keepAlive(event) {
   if (startupKept) return;
   startupKept = true;
-  event.waitUntil(outbox().then(() => startup).catch(() => {}));
+  event.waitUntil(askedFor.then((l) => l).then(() => startup).catch(() => {}));
 }
 
 self.addEventListener('install', (event) => {
@@ -353,13 +382,16 @@ self.addEventListener('fetch', (event) => {
   let answer;
   if (owner === null) {
     // Not the outbox's: no respondWith, decided before (and without) the module.
+    startWhenIdle();
   } else if (typeof owner === 'object') {
     answer = shellAnswer(fetch(request), CACHE, owner.shell);
+    startWhenIdle();
   } else if (loaded) {
     answer = loaded.handle_fetch(request, event);
   } else if (owner === 'read') {
     // A read is network only: it need not wait for the module.
     answer = networkOrOffline(request);
+    startWhenIdle();
   } else {
     // A write (stored by the module when the network fails) or an auth route (the
     // sign-in barrier must see it) waits for the module; if it cannot start, a write
@@ -434,4 +466,4 @@ self.addEventListener('online', () => {
   outbox().then((o) => o.handle_online()).catch(() => {});
 });
 
-outbox();
+startWhenIdle();
