@@ -254,8 +254,8 @@ function outbox() {
  * answered or not. It still starts on every start, for its start-up flush; an event that
  * needs it starts it at once.
  */
-const IDLE_START_MS = 500;
-const IDLE_START_MAX_MS = 3000;
+const IDLE_START_MS = 2000;
+const IDLE_START_MAX_MS = 10000;
 let idleStart = null;
 let idleDeadline = 0;
 function startWhenIdle() {
