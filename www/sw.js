@@ -481,11 +481,12 @@ self.addEventListener('message', (event) => {
 });
 
 /** A command that arrived while the module cannot start gets a clear refusal, not
- * silence (a page would wait out its timeout). */
+ * silence (a page would wait out its timeout), where the module would have answered: the
+ * message's first transferred port, else its source (`worker::clients::ReplyTo`). */
 function refuse(event, type, e) {
   const requestId = event.data && typeof event.data === 'object' ? event.data.requestId : undefined;
   try {
-    event.source?.postMessage({
+    (event.ports?.[0] ?? event.source)?.postMessage({
       type: 'COMMAND_RESULT', command: typeof type === 'string' ? type : null, ok: false,
       reason: `the outbox could not start: ${describe(e)}`, ...(requestId == null ? {} : { requestId }),
     });

@@ -218,6 +218,18 @@ forEachEngine((engine, harness) => {
       const listed = await page.evaluate(() => window.site.client.list());
       assert.equal(listed.ok, false, JSON.stringify(listed));
       assert.match(listed.reason, /could not start/);
+      // A command sent with a reply port is refused on that port, as the module answers.
+      const viaPort = await page.evaluate(() => new Promise((resolve) => {
+        const channel = new MessageChannel();
+        channel.port1.onmessage = (e) => resolve(e.data);
+        setTimeout(() => resolve('no answer on the port'), 10000);
+        navigator.serviceWorker.controller.postMessage(
+          { type: 'LIST_QUEUE', requestId: 'via-port' }, [channel.port2]);
+      }));
+      assert.equal(viaPort.type, 'COMMAND_RESULT', JSON.stringify(viaPort));
+      assert.equal(viaPort.ok, false);
+      assert.equal(viaPort.requestId, 'via-port');
+      assert.match(viaPort.reason, /could not start/);
       const sent = (await h.requests()).slice(before).filter((r) => r.method === 'POST');
       assert.deepEqual(sent, [], 'the write never reached the server');
       assert.deepEqual(await h.applied(), []);
