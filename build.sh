@@ -215,6 +215,10 @@ run_tests() {
   # nothing is published, no credentials needed; it asks the registry for the versions).
   suite types node --test tests/types/
   suite vite-app node --test --test-concurrency=1 tests/bundler/
+  # The package README's recipes (the outbox beside Workbox, Serwist, vite-plugin-pwa, and
+  # a static site), built once with the pinned libraries and run in the three engines.
+  suite recipes env GECKODRIVER="$HOME/.cargo/bin/geckodriver" \
+    node --test --test-concurrency=1 tests/recipes/
   suite publish-dry-run npm publish --dry-run ./package
   # One end-to-end suite, three engines (tests/e2e-engines), one run per engine so each
   # engine's time shows; a scenario an engine cannot run is a skip with its reason. The

@@ -43,6 +43,13 @@ export function settingTargets(r, s) {
   if (s.coldRegister) add('4a', 'cold register → controlled vs Workbox (neither precaches)', s.coldRegister.product.medianMs / s.coldRegister.workbox.medianMs, 1.2, '<=');
   if (s.firstWriteAfterStop) add('4b', 'first write after a stopped worker vs Workbox', s.firstWriteAfterStop.product.medianMs / s.firstWriteAfterStop.workbox.medianMs, 1.2, '<=');
   if (s.enqueueConcurrent) add('5', `${r.options.inflight} in flight writes/s vs Workbox`, s.enqueueConcurrent.product.writesPerSec / s.enqueueConcurrent.workbox.writesPerSec, 3, '>=');
+  const pl = s.pageLoad;
+  if (pl?.product && pl.workbox) {
+    add('7a', 'page load, worker stopped: navigation first byte vs Workbox', pl.product.cold.ttfbMs / pl.workbox.cold.ttfbMs, 1.15, '<=');
+    add('7b', 'page load, worker stopped: `load` vs Workbox', pl.product.cold.loadMs / pl.workbox.cold.loadMs, 1.05, '<=');
+    add('7c', 'page load, worker running: navigation first byte vs Workbox', pl.product.warm.ttfbMs / pl.workbox.warm.ttfbMs, 1.15, '<=');
+    add('7d', 'page load, worker running: `load` vs Workbox', pl.product.warm.loadMs / pl.workbox.warm.loadMs, 1.05, '<=');
+  }
   if (s.replay) {
     const dup = ['product', 'productC4'].flatMap((k) => s.replay[k]?.checks ?? []).reduce((a, k) => a + k.duplicates + k.duplicateKeyAttempts + k.orderViolations + k.missing, 0);
     add('3c', 'replay: duplicates + order violations + missing (product)', dup, 0, '<=');
@@ -113,6 +120,16 @@ export function summaryMarkdown(r) {
   row('', 'product / Workbox', rat((s) => s.coldRegister.product.medianMs, (s) => s.coldRegister.workbox.medianMs));
   for (const k of ['product', 'workbox', 'plain']) row(k === 'product' ? '4 first write after a stopped worker (ms)' : '', NAMES[k], (s) => s.firstWriteAfterStop[k].medianMs);
   row('', 'product / Workbox', rat((s) => s.firstWriteAfterStop.product.medianMs, (s) => s.firstWriteAfterStop.workbox.medianMs));
+  if (S.some((s) => s.pageLoad)) {
+    const who = { product: 'product (API only)', productShell: 'product, the page as its shell', workbox: 'Workbox', none: 'no worker' };
+    for (const warmth of ['cold', 'warm']) {
+      for (const [k, what] of [['ttfbMs', 'navigation first byte'], ['loadMs', '`load`']]) {
+        const m = `7 page of 24 files, worker ${warmth === 'cold' ? 'stopped' : 'running'}: ${what} (ms)`;
+        Object.entries(who).forEach(([p, n], i) => row(i ? '' : m, n, (s) => s.pageLoad[p][warmth][k]));
+        row('', 'product / Workbox', rat((s) => s.pageLoad.product[warmth][k], (s) => s.pageLoad.workbox[warmth][k]));
+      }
+    }
+  }
   row('CPU check: a fixed loop in a service worker (ms), start / end', '', (s) => `${fmt(s.cpuCheck.workerLoopMsStart)} / ${fmt(s.cpuCheck.workerLoopMsEnd)}`);
   row('CPU check: the same loop on a page (ms), start / end', '', (s) => `${fmt(s.cpuCheck.pageLoopMsStart)} / ${fmt(s.cpuCheck.pageLoopMsEnd)}`);
   row('CPU quota (µs per period): the loop without → with it', '', (s) => { const c = s.cpuCheck.calibration; return c ? `${c.quotaUs} / ${c.periodUs}: ${fmt(c.baseMs)} → ${fmt(c.slowMs)} (${fmt(c.factor)}×)` : 'none'; });

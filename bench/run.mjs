@@ -10,7 +10,8 @@
 //   node bench/run.mjs --smoke    tiny N, every subject once, checks only (no timing asserts)
 //   options: --n=1000 --scale=10000 --no-scale --reps=3 --inflight=16 --bytes=1024
 //            --workspaces=10 --latency=0,50 --cpu=1,4 --raw-n=200 --keep-alive --www=DIR
-//            --only=cold,seq,conc,offline,raw,replay,first --out=bench/out/results.json
+//            --only=cold,seq,conc,offline,raw,replay,first,pageload --out=bench/out/results.json
+//            --loads=8  page loads per subject and round in the page-load row
 //            --report=a.json,b.json  print the tables and draw the SVG from earlier runs
 //            --fault=duplicate|drop  self-test: the server applies some writes twice / not at
 //                                    all, so the checks must report the subjects broken
@@ -47,7 +48,7 @@ const argv = Object.fromEntries(process.argv.slice(2).map((a) => {
 }));
 const SMOKE = !!argv.smoke;
 const list = (v) => String(v).split(',').filter(Boolean).map(Number);
-const PHASES = ['cold', 'seq', 'conc', 'offline', 'raw', 'replay', 'first'];
+const PHASES = ['cold', 'seq', 'conc', 'offline', 'raw', 'replay', 'first', 'pageload'];
 const n = Number(argv.n ?? (SMOKE ? 20 : 1000));
 const opt = {
   n,
@@ -65,6 +66,7 @@ const opt = {
   www: resolve(argv.www ? String(argv.www) : join(ROOT, 'www')), // the product build to measure
   phases: argv.only ? String(argv.only).split(',') : PHASES,
   scaleSubjects: String(argv['scale-subjects'] ?? (SMOKE ? 'product' : 'product,workbox')).split(','),
+  loads: Number(argv.loads ?? (SMOKE ? 2 : 8)), // page loads per subject and round (row 7)
   out: resolve(argv.out ?? join(OUT, SMOKE ? 'smoke.json' : 'results.json')),
 };
 for (const p of opt.phases) if (![...PHASES, 'scale'].includes(p)) throw new Error(`--only: unknown phase ${p}`);
@@ -88,7 +90,30 @@ function prepare() {
   const wb = join(OUT, 'workbox');
   mkdirSync(wb, { recursive: true });
   bundleWorker(join(BENCH, 'workbox/sw-src.js'), join(wb, 'workbox-sw.js'));
-  return { www, wb };
+  return { www, wb, load: writeLoadPage(join(OUT, 'load')) };
+}
+
+/** The page of row 7: /load.html with LOAD_FILES subresources (scripts, style sheets,
+ * images, a third each), under /load/. Written at start; the server answers each after
+ * 5 ms plus the setting's latency (server.mjs). */
+const LOAD_FILES = 24;
+function writeLoadPage(dir) {
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(join(dir, 'load'), { recursive: true });
+  const files = [];
+  const pad = (n) => `/* ${'x'.repeat(n)} */`;
+  for (let i = 0; i < LOAD_FILES; i++) {
+    const kind = ['js', 'css', 'svg'][i % 3];
+    const name = `/load/f${i}.${kind}`;
+    files.push(name);
+    const body = kind === 'js' ? `${pad(2000)}\nwindow.__loaded = (window.__loaded || 0) + 1;\n`
+      : kind === 'css' ? `${pad(2000)}\n.f${i} { color: #${(i * 4099).toString(16).padStart(6, '0').slice(0, 6)}; }\n`
+        : `<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16"><rect width="16" height="16" fill="#${(i * 2731).toString(16).padStart(6, '0').slice(0, 6)}"/></svg>\n`;
+    writeFileSync(join(dir, name), body);
+  }
+  const tag = (f) => (f.endsWith('.js') ? `<script src="${f}"></script>` : f.endsWith('.css') ? `<link rel="stylesheet" href="${f}">` : `<img src="${f}" alt="">`);
+  writeFileSync(join(dir, 'load.html'), `<!doctype html>\n<meta charset="utf-8">\n<link rel="icon" href="data:,">\n<title>a page of ${LOAD_FILES} files</title>\n${files.filter((f) => !f.endsWith('.svg')).map(tag).join('\n')}\n<p>a page of ${LOAD_FILES} files</p>\n${files.filter((f) => f.endsWith('.svg')).map(tag).join('\n')}\n`);
+  return { dir, files: ['/load.html', ...files] };
 }
 
 function gzip9(file) {
@@ -123,8 +148,17 @@ const SUBJECT_SW = {
   workbox: () => '/workbox-sw.js',
   plain: () => '/plain-outbox-sw.js',
   raw: () => '/raw-sw.js',
+  none: () => null, // row 7's page without a worker
 };
 const SUBJECTS = ['product', 'workbox', 'plain']; // the outboxes of rows 1–4
+/** Row 7's subjects: [name, subject served, configuration]. `productShell` is the
+ * product with the load page as its app shell (every file of the page is then the
+ * outbox's, answered network-first by sw.js without the module); `none` registers no
+ * worker. */
+const LOADERS = (files) => [
+  ['product', 'product', PRODUCT_CFG], ['productShell', 'product', { precache: files }],
+  ['workbox', 'workbox'], ['none', 'none'],
+];
 const REPLAYERS = [['product', 'product', PRODUCT_CFG], ['productC4', 'product', PRODUCT_C4_CFG], ['workbox', 'workbox'], ['plain', 'plain']];
 
 // ---------------------------------------------------------------- one setting
@@ -156,7 +190,7 @@ async function runSetting(setting, env) {
   };
 
   async function newSite(subject, cfg = PRODUCT_CFG, browserContext = context) {
-    const { port } = await http(`${env.server.master}/site`, { roots: env.roots[subject], latencyMs, keepAlive: opt.keepAlive });
+    const { port } = await http(`${env.server.master}/site`, { roots: env.roots[subject], latencyMs, keepAlive: opt.keepAlive, loadPageDelayMs: 5 + latencyMs });
     const origin = `http://127.0.0.1:${port}`;
     const page = await browserContext.newPage();
     await page.goto(`${origin}/bench.html?subject=${subject}`);
@@ -499,6 +533,66 @@ async function runSetting(setting, env) {
       }]));
     }
 
+    // ---- 7. a page of LOAD_FILES files loaded after the worker was stopped (cold) and
+    // again with it running (warm): the navigation's time to first byte and its `load`,
+    // from the Navigation Timing entry (ms after the navigation started). Loads of the
+    // subjects are interleaved; medians of reps × loads.
+    if (has('pageload')) {
+      log(`page load: ${LOAD_FILES} files, ${opt.reps} × ${opt.loads} cold and warm loads per subject`);
+      const loaders = LOADERS(env.loadFiles);
+      const sites = {};
+      const runs = {};
+      try {
+        for (const [name, subject, cfg] of loaders) {
+          const site = await newSite(subject, cfg);
+          site.label = name;
+          if (subject !== 'none') await site.register();
+          sites[name] = site;
+          runs[name] = { cold: [], warm: [] };
+          // Once, so the browser has the files it keeps (the worker's scripts, compiled code).
+          await loadPage(site, name);
+        }
+        for (let rep = 0; rep < opt.reps; rep++) {
+          for (let i = 0; i < opt.loads; i++) {
+            for (const [name] of loaders) {
+              const site = sites[name];
+              await site.page.bringToFront();
+              await env.stopWorkers();
+              await new Promise((r) => setTimeout(r, opt.settleMs));
+              runs[name].cold.push(await loadPage(site, name));
+              runs[name].warm.push(await loadPage(site, name));
+            }
+          }
+        }
+      } finally {
+        for (const site of Object.values(sites)) {
+          await site.page.goto(`${site.origin}/bench.html?subject=${site.subject}`).catch(() => {});
+          await site.dispose();
+        }
+      }
+      const med = (xs, k) => r2(median(xs.map((x) => x[k])));
+      out.pageLoad = Object.fromEntries(Object.entries(runs).map(([name, r]) => [name, {
+        cold: { ttfbMs: med(r.cold, 'ttfb'), loadMs: med(r.cold, 'load'), runs: r.cold },
+        warm: { ttfbMs: med(r.warm, 'ttfb'), loadMs: med(r.warm, 'load'), runs: r.warm },
+      }]));
+    }
+
+    /** One load of the load page; its timing, and a problem noted when a worker should
+     * have controlled it and did not (the figure would not be the subject's). */
+    async function loadPage(site, name) {
+      await site.page.goto(`${site.origin}/load.html`, { waitUntil: 'load' });
+      const t = await site.page.evaluate(() => {
+        const e = performance.getEntriesByType('navigation')[0];
+        return {
+          ttfb: e.responseStart, load: e.loadEventStart, files: window.__loaded ?? 0,
+          controlled: navigator.serviceWorker.controller !== null,
+        };
+      });
+      if (t.controlled !== (site.subject !== 'none')) problems.push(`${label}: page load of ${name}: controlled=${t.controlled}`);
+      if (t.files !== LOAD_FILES / 3) problems.push(`${label}: page load of ${name}: ${t.files} of ${LOAD_FILES / 3} scripts ran`);
+      return { ttfb: r2(t.ttfb), load: r2(t.load) };
+    }
+
     // ---- 6. scale: replay cost per record at `scale` vs `n`, and the worker's memory
     if (opt.scale && env.scaleHere(setting)) {
       log(`scale: replay of ${opt.n} then ${opt.scale} with memory sampling`);
@@ -556,15 +650,17 @@ async function main() {
     return;
   }
   const started = Date.now();
-  const { www, wb } = prepare();
+  const { www, wb, load } = prepare();
   const size = sizes(www, wb);
   const server = await startServer({ fault: argv.fault ? String(argv.fault) : null });
   const env = {
     server,
     roots: {
-      product: [www, join(BENCH, 'pages')], workbox: [wb, join(BENCH, 'pages')],
+      product: [www, join(BENCH, 'pages'), load.dir], workbox: [wb, join(BENCH, 'pages'), load.dir],
       plain: [join(BENCH, 'raw'), join(BENCH, 'pages')], raw: [join(BENCH, 'raw'), join(BENCH, 'pages')],
+      none: [join(BENCH, 'pages'), load.dir],
     },
+    loadFiles: load.files,
     cleanups: new Set(),
     // phase 6 once per run: in the first setting at normal CPU
     scaleHere: (s) => s.cpu === 1 && s.latencyMs === opt.latencies[0],

@@ -21,7 +21,9 @@
 //
 // latencyMs simulates a round trip for every /api/ request: the answer (or, while the site
 // is down, the dropped connection) comes latencyMs after the request arrived; a write is
-// applied (and its `ns` taken) when its answer is sent. Static files are never delayed.
+// applied (and its `ns` taken) when its answer is sent. Static files are not delayed,
+// except the page-load row's (/load.html and /load/*), answered loadPageDelayMs after the
+// request arrived (run.mjs: 5 ms plus the setting's latency).
 //
 // keepAlive false (the default): every answer carries `Connection: close`, so each request
 // opens a new connection (a dropped connection is then always a fresh network error, never
@@ -62,8 +64,8 @@ function newLog() {
   return { applied: [], byKey: new Map(), duplicateAttempts: 0, dropped: 0, attempts: 0, waiters: [] };
 }
 
-function createSite(roots, { latencyMs = 0, keepAlive = false } = {}) {
-  const site = { roots: roots.map((r) => resolve(r)), down: false, log: newLog(), latencyMs, keepAlive };
+function createSite(roots, { latencyMs = 0, keepAlive = false, loadPageDelayMs = 0 } = {}) {
+  const site = { roots: roots.map((r) => resolve(r)), down: false, log: newLog(), latencyMs, keepAlive, loadPageDelayMs };
   const server = http.createServer(async (req, res) => {
     res.keepAlive = site.keepAlive;
     try {
@@ -85,6 +87,7 @@ function createSite(roots, { latencyMs = 0, keepAlive = false } = {}) {
         return send(res, 404, { error: 'not found' });
       }
       if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, { error: 'method' });
+      if (path === '/load.html' || path.startsWith('/load/')) await delay(site.loadPageDelayMs);
       return staticFile(site, path, res);
     } catch (err) {
       if (!res.headersSent) send(res, 500, { error: String(err) });
@@ -186,8 +189,8 @@ async function main() {
   const master = http.createServer(async (req, res) => {
     try {
       if (req.method === 'POST' && req.url === '/site') {
-        const { roots, latencyMs, keepAlive } = JSON.parse((await readBody(req)).toString('utf8'));
-        const s = createSite(roots, { latencyMs: Number(latencyMs) || 0, keepAlive: !!keepAlive });
+        const { roots, latencyMs, keepAlive, loadPageDelayMs } = JSON.parse((await readBody(req)).toString('utf8'));
+        const s = createSite(roots, { latencyMs: Number(latencyMs) || 0, keepAlive: !!keepAlive, loadPageDelayMs: Number(loadPageDelayMs) || 0 });
         const port = await listen(s.server);
         sites.push(s);
         return send(res, 200, { port });

@@ -535,9 +535,12 @@ async function startOutbox() {
     // `?swconfig=<json>` on the demo's URL is handed to the worker (tests use it).
     const swConfig = new URLSearchParams(location.search).get('swconfig');
     const scriptUrl = swConfig ? `/sw.js?config=${encodeURIComponent(swConfig)}` : '/sw.js';
-    const client = await registerOutbox({ scriptUrl, getAuthorization });
+    // At once: the page renders while the worker installs; commands wait for it.
+    const client = await registerOutbox({ scriptUrl, persist: 'first-queued', getAuthorization });
     state.client = demo.client = client;
     client.on('*', (m) => { if (m.type !== 'COMMAND_RESULT' && m.type !== 'QUEUE_STATE') onReport(m); });
+    status.textContent = 'outbox: starting';
+    await client.controlled;
     status.dataset.state = 'online';
     status.textContent = 'outbox: active';
     await syncSession();

@@ -1,10 +1,13 @@
 /**
  * outbox-client.js — the page side of sw-outbox.
  *
- * A dependency-free ES module that registers the outbox service worker, waits until it
- * controls the page, and speaks the command protocol of the behaviour contract
- * (docs: outbox-contract sections 5–7): every command carries a unique `requestId` and
- * its promise resolves with the worker's answer carrying that id back.
+ * A dependency-free ES module that registers the outbox service worker and speaks the
+ * command protocol of the behaviour contract (docs: outbox-contract sections 5–7): every
+ * command carries a unique `requestId` and its promise resolves with the worker's answer
+ * carrying that id back. Registering never holds up a page: `registerOutbox` resolves at
+ * once, and commands wait until the worker controls the page. It also follows the
+ * worker's updates (a new version waiting, taking over), as a prompt-to-update flow
+ * needs.
  *
  * Answers are resolved as they are, `ok:false` included: a refused command is an answer,
  * not a transport failure, so callers check `result.ok`. A promise rejects only when no
@@ -17,9 +20,9 @@
  *
  * @example
  *   import { registerOutbox } from '/outbox-client.js';
- *   const outbox = await registerOutbox();
+ *   const outbox = await registerOutbox(); // at once: the first render does not wait
  *   outbox.on('MUTATIONS_BLOCKED', (m) => render(m.blocked));
- *   await outbox.signedIn('alice');
+ *   await outbox.signedIn('alice');        // waits until the worker controls the page
  */
 
 /**
@@ -60,6 +63,13 @@ let requestCounter = 0;
 const RETRY_FIRST_MS = 2000;
 const RETRY_MAX_MS = 5 * 60 * 1000;
 
+/** How long a new version must stay `installed` to count as waiting (see followUpdates). */
+const WAITING_SETTLE_MS = 200;
+
+/** How long a page that an activated worker did not take stays uncontrolled before
+ * `controlled` says it will not be (the worker's claim reaches the page first). */
+const NOT_CONTROLLED_GRACE_MS = 1000;
+
 /** A fresh Idempotency-Key (a UUID v4 from the browser's cryptographic source). */
 function newKey() {
   if (crypto.randomUUID) return crypto.randomUUID();
@@ -94,9 +104,11 @@ export class OutboxClient {
    *   answer. Generous on purpose: commands run one at a time in the worker, so even a
    *   LIST_QUEUE may wait behind a flush, and a flush may legitimately take its whole
    *   budget (25 s) plus one attempt's timeout.
+   * @param {'never' | 'first-queued' | 'now'} [options.persist='never'] when to ask for
+   *   persistent storage ({@link registerOutbox}); `'now'` is asked by `track`
    * @param {AuthorizationProvider} [options.getAuthorization] see {@link registerOutbox}
    */
-  constructor({ commandTimeoutMs = 60000, getAuthorization } = {}) {
+  constructor({ commandTimeoutMs = 60000, persist = 'never', getAuthorization } = {}) {
     this.commandTimeoutMs = commandTimeoutMs;
     /**
      * A bearer app's token provider, asked on AUTH_NEEDED.
@@ -138,15 +150,75 @@ export class OutboxClient {
     /** @private */
     this.retryDelayMs = RETRY_FIRST_MS;
     /**
-     * Set by {@link registerOutbox}: the worker's registration.
+     * The worker's registration, once the browser registered it ({@link registerOutbox}).
      * @type {ServiceWorkerRegistration | undefined}
      */
     this.registration = undefined;
     /**
-     * Set by {@link registerOutbox}: whether persistent storage was granted.
+     * Resolves with the registration ({@link registerOutbox}); rejects when the browser
+     * refused it (a script that failed to load or evaluate, a bad scope).
+     * @type {Promise<ServiceWorkerRegistration> | undefined}
+     */
+    this.registered = undefined;
+    /**
+     * Resolves once an activated outbox worker controls this page; rejects, with the
+     * reason, when it will not: the worker failed to install, the page was loaded
+     * bypassing service workers (Shift+Reload; a normal reload brings it back), it lies
+     * outside the worker's scope, or no worker took it within `timeoutMs`. Commands wait
+     * for it ({@link registerOutbox}).
+     * @type {Promise<void> | undefined}
+     */
+    this.controlled = undefined;
+    /**
+     * Whether persistent storage was granted, once asked ({@link OutboxClient.persist}).
      * @type {Promise<boolean> | undefined}
      */
     this.persisted = undefined;
+    /**
+     * When to ask for persistent storage on the page's behalf: on the first write queued
+     * (`MUTATION_QUEUED`) with `'first-queued'`.
+     * @private
+     * @type {'never' | 'first-queued' | 'now'}
+     */
+    this.persistWhen = persist;
+    /**
+     * Listeners of the update lifecycle.
+     * @private
+     * @type {{waiting: Set<(worker: ServiceWorker) => void>, controlling: Set<(event: {isUpdate: boolean}) => void>}}
+     */
+    this.lifecycle = { waiting: new Set(), controlling: new Set() };
+    /**
+     * The new version that installed and waits to take over, once seen.
+     * @private
+     * @type {ServiceWorker | null}
+     */
+    this.waitingWorker = null;
+    /**
+     * Whether a worker controlled this page before the latest controller change.
+     * @private
+     */
+    this.wasControlled = typeof navigator !== 'undefined' && Boolean(navigator.serviceWorker?.controller);
+  }
+
+  /**
+   * Follows the outbox worker's registration (registerOutbox calls it with its
+   * `navigator.serviceWorker.register(…)`): sets {@link OutboxClient.registered} and
+   * {@link OutboxClient.controlled}, and watches for new versions.
+   * @param {Promise<ServiceWorkerRegistration>} registering
+   * @param {{scriptUrl?: string, timeoutMs?: number}} [options]
+   */
+  track(registering, { scriptUrl = '/sw.js', timeoutMs = 60000 } = {}) {
+    this.registered = registering.then((registration) => {
+      this.registration = registration;
+      this.followUpdates(registration);
+      return registration;
+    });
+    this.controlled = this.registered.then((registration) => controlOf(registration, scriptUrl, timeoutMs));
+    // A refusal is an answer for whoever waits for it (every command does), not an
+    // unhandled rejection of the page.
+    this.registered.catch(() => {});
+    this.controlled.catch(() => {});
+    if (this.persistWhen === 'now') this.persist();
   }
 
   /** Starts listening; called by registerOutbox before the worker can send anything. */
@@ -180,6 +252,7 @@ export class OutboxClient {
     if (!data || typeof data !== 'object' || typeof data.type !== 'string') return;
     this.keepRetrying(data.type);
     if (data.type === 'AUTH_NEEDED' && typeof data.userId === 'string') this.authorize(data.userId);
+    if (data.type === 'MUTATION_QUEUED' && this.persistWhen === 'first-queued') this.persist();
     if (ANSWER_TYPES.has(data.type) && data.requestId != null) {
       const p = this.pending.get(String(data.requestId));
       if (p) {
@@ -231,10 +304,28 @@ export class OutboxClient {
    */
   send(message, { timeoutMs = this.commandTimeoutMs } = {}) {
     const controller = navigator.serviceWorker.controller;
-    if (!controller) {
+    if (controller) return this.post(controller, message, timeoutMs);
+    if (!this.controlled) {
       return Promise.reject(new Error(
-        'outbox: this page is not controlled by the outbox worker (first load not claimed, or a hard reload)'));
+        'outbox: this page is not controlled by the outbox worker (register it with registerOutbox)'));
     }
+    // Not yet controlled (the worker is still installing): the command waits for it.
+    return this.controlled.then(() => {
+      const now = navigator.serviceWorker.controller;
+      if (!now) throw new Error('outbox: this page is no longer controlled by the outbox worker');
+      return this.post(now, message, timeoutMs);
+    });
+  }
+
+  /**
+   * Posts `message` to `controller` with a `requestId` and waits for the answer.
+   * @private
+   * @param {ServiceWorker} controller
+   * @param {{type?: unknown, requestId?: unknown}} message
+   * @param {number} timeoutMs
+   * @returns {Promise<Answer>}
+   */
+  post(controller, message, timeoutMs) {
     const requestId = message.requestId ?? nextRequestId();
     const sent = { ...message, requestId };
     return new Promise((resolve, reject) => {
@@ -272,7 +363,13 @@ export class OutboxClient {
    */
   onControllerChange() {
     const controller = navigator.serviceWorker.controller;
+    const isUpdate = this.wasControlled;
+    this.wasControlled = Boolean(controller);
     if (!controller) return;
+    if (controller === this.waitingWorker) this.waitingWorker = null;
+    for (const fn of [...this.lifecycle.controlling]) {
+      try { fn({ isUpdate }); } catch (err) { console.error('outbox: listener failed', err); }
+    }
     for (const p of this.pending.values()) {
       if (!RESENDABLE.has(/** @type {string} */ (p.message.type))) continue;
       clearTimeout(p.timer);
@@ -522,6 +619,127 @@ export class OutboxClient {
   }
 
   /**
+   * Asks the browser to keep this origin's storage (`navigator.storage.persist()`), once:
+   * queued writes are exactly the data an eviction must not take. Firefox asks the person
+   * with a prompt, so ask when the site decides to (from a click, or on the first write
+   * queued: registerOutbox's `persist: 'first-queued'`), not on page load. Only a window
+   * can ask; the worker never does.
+   * @returns {Promise<boolean>} whether storage is persistent
+   */
+  persist() {
+    this.persisted ??= navigator.storage?.persist
+      ? navigator.storage.persist().catch(() => false)
+      : Promise.resolve(false);
+    return this.persisted;
+  }
+
+  /**
+   * A new version of the worker installed and waits to take over: with `skipWaiting:
+   * false` in its configuration it waits until {@link OutboxClient.applyUpdate} (a
+   * prompt-to-update flow), otherwise until the old version is idle. `fn` gets the
+   * waiting worker; when one waits already it is called at once (in a microtask).
+   * @param {(worker: ServiceWorker) => void} fn
+   * @returns {() => void} unsubscribe
+   */
+  onUpdateWaiting(fn) {
+    this.lifecycle.waiting.add(fn);
+    const waiting = this.waitingWorker;
+    if (waiting) queueMicrotask(() => { if (this.lifecycle.waiting.has(fn) && this.waitingWorker === waiting) fn(waiting); });
+    return () => { this.lifecycle.waiting.delete(fn); };
+  }
+
+  /**
+   * A worker took control of this page: `isUpdate` when another version controlled it
+   * before (a site reloads then, so that the page runs with the version now serving it).
+   * @param {(event: {isUpdate: boolean}) => void} fn
+   * @returns {() => void} unsubscribe
+   */
+  onControlling(fn) {
+    this.lifecycle.controlling.add(fn);
+    return () => { this.lifecycle.controlling.delete(fn); };
+  }
+
+  /**
+   * The new version that installed and waits to take over, or null.
+   * @returns {ServiceWorker | null}
+   */
+  get waiting() {
+    return this.waitingWorker;
+  }
+
+  /**
+   * Tells the waiting version to take over (`{"type":"SKIP_WAITING"}`, as workbox-window
+   * and vite-plugin-pwa send it) and resolves once it is activated and controls this
+   * page: true; false at once when no version waits. It rejects when the waiting version is discarded or does
+   * not take over within `timeoutMs`.
+   * @param {{timeoutMs?: number}} [options]
+   * @returns {Promise<boolean>}
+   */
+  async applyUpdate({ timeoutMs = this.commandTimeoutMs } = {}) {
+    const worker = this.registration?.waiting;
+    if (!worker) return false;
+    const container = navigator.serviceWorker;
+    const took = waitUntil(
+      () => {
+        if (worker.state === 'redundant') throw new Error('outbox: the waiting version was discarded');
+        return container.controller === worker && worker.state === 'activated';
+      },
+      [[container, 'controllerchange'], [worker, 'statechange']],
+      timeoutMs,
+      () => `the waiting version did not take over (state: ${worker.state})`,
+    );
+    worker.postMessage({ type: 'SKIP_WAITING' });
+    await took;
+    return true;
+  }
+
+  /**
+   * Asks the browser to look for a new version of the worker now (it also does on
+   * navigations); a new version then installs, and waits or takes over.
+   * @returns {Promise<void>}
+   */
+  async update() {
+    if (!this.registered) throw new Error('outbox: no registration (register it with registerOutbox)');
+    await (await this.registered).update();
+  }
+
+  /**
+   * Follows the registration's new versions, to tell {@link OutboxClient.onUpdateWaiting}'s
+   * listeners about one that waits. A version that takes over by itself passes through
+   * `installed` too, for a moment: it counts as waiting only when it is still there
+   * {@link WAITING_SETTLE_MS} later (as workbox-window does).
+   * @private
+   * @param {ServiceWorkerRegistration} registration
+   */
+  followUpdates(registration) {
+    const container = navigator.serviceWorker;
+    /** @param {ServiceWorker} worker */
+    const announce = (worker) => {
+      // A waiting worker with no controller is a first install finishing, not an update.
+      if (registration.waiting !== worker || !container.controller || this.waitingWorker === worker) return;
+      this.waitingWorker = worker;
+      worker.addEventListener('statechange', () => {
+        if (worker.state !== 'installed' && this.waitingWorker === worker) this.waitingWorker = null;
+      });
+      for (const fn of [...this.lifecycle.waiting]) {
+        try { fn(worker); } catch (err) { console.error('outbox: listener failed', err); }
+      }
+    };
+    /** @param {ServiceWorker | null} worker */
+    const follow = (worker) => {
+      if (!worker) return;
+      const check = () => {
+        if (worker.state === 'installed') setTimeout(() => announce(worker), WAITING_SETTLE_MS);
+      };
+      worker.addEventListener('statechange', check);
+      check();
+    };
+    registration.addEventListener('updatefound', () => follow(registration.installing));
+    follow(registration.installing);
+    follow(registration.waiting);
+  }
+
+  /**
    * Subscribes to worker messages of one type (a report type, or '*' for every message).
    * @template {ReportType} T
    * @overload
@@ -598,16 +816,25 @@ function waitUntil(check, targets, timeoutMs, what) {
 }
 
 /**
- * Registers the outbox worker and resolves once this page is controlled by an
- * activated worker (`navigator.serviceWorker.ready` alone may resolve while the worker
- * is still activating, before it can answer). The worker claims its clients, so even a
- * first visit ends up controlled.
+ * Registers the outbox worker and resolves at once with its handle, so a page's first
+ * render never waits for the worker's install (its precache can be a whole build).
+ * Commands sent through the handle wait until an activated worker controls the page
+ * (`client.controlled`); when the page will not be controlled (Shift+Reload, outside the
+ * scope, an install that failed) they reject with that reason. The worker claims its
+ * clients, so even a first visit ends up controlled.
+ *
+ * Persistent storage is asked for only when the site says so (`persist`), since Firefox
+ * asks the person with a prompt.
  *
  * @param {object} [options]
  * @param {string} [options.scriptUrl='/sw.js']
  * @param {string} [options.scope='/']
- * @param {number} [options.timeoutMs=10000] how long to wait for registration and control
+ * @param {number} [options.timeoutMs=60000] how long `controlled` (and a command sent
+ *   before it) waits for the worker to install, activate and take the page
  * @param {number} [options.commandTimeoutMs=60000] see {@link OutboxClient}
+ * @param {'never' | 'first-queued' | 'now'} [options.persist='never'] when to ask for
+ *   persistent storage: never (the site calls `client.persist()` itself, e.g. from a
+ *   click), on the first write the worker queues, or now
  * @param {AuthorizationProvider} [options.getAuthorization] for an app that authenticates
  *   with a token instead of a cookie: called when the worker asks for a credential
  *   (AUTH_NEEDED: the server answered 401 to the one it had, or a restarted worker holds
@@ -617,63 +844,87 @@ function waitUntil(check, targets, timeoutMs, what) {
  * @returns {Promise<OutboxClient>}
  */
 export async function registerOutbox({
-  scriptUrl = '/sw.js', scope = '/', timeoutMs = 10000, commandTimeoutMs = 60000, getAuthorization,
+  scriptUrl = '/sw.js', scope = '/', timeoutMs = 60000, commandTimeoutMs = 60000, persist = 'never',
+  getAuthorization,
 } = {}) {
   if (!('serviceWorker' in navigator)) {
     throw new Error('outbox: service workers are not available (insecure origin or unsupported browser)');
   }
-  const container = navigator.serviceWorker;
-  const client = new OutboxClient({ commandTimeoutMs, getAuthorization });
-  client.attach(); // before register, so no early report is missed
-
-  try {
-    const registration = await container.register(scriptUrl, { scope });
-    const newest = () => registration.installing || registration.waiting || registration.active;
-    // The worker object changes as an update progresses; follow the newest one's state.
-    /** @type {ServiceWorker | null} */
-    let watched = null;
-    const stateTarget = new EventTarget();
-    const follow = () => {
-      const w = newest();
-      if (w && w !== watched) {
-        watched?.removeEventListener('statechange', relay);
-        watched = w;
-        w.addEventListener('statechange', relay);
-      }
-      stateTarget.dispatchEvent(new Event('change'));
-    };
-    const relay = () => stateTarget.dispatchEvent(new Event('change'));
-    registration.addEventListener('updatefound', follow);
-    follow();
-    try {
-      await waitUntil(
-        () => {
-          // A worker whose script throws or whose install fails goes straight to redundant.
-          if (!newest() && watched?.state === 'redundant') {
-            throw new Error(`outbox: the worker at ${scriptUrl} failed to install (see its console)`);
-          }
-          return registration.active?.state === 'activated' && container.controller !== null;
-        },
-        [[stateTarget, 'change'], [container, 'controllerchange']],
-        timeoutMs,
-        () => (registration.active?.state === 'activated'
-          ? 'the page did not become controlled (hard reload?)'
-          : `the worker did not activate (state: ${newest()?.state ?? 'none'})`),
-      );
-    } finally {
-      registration.removeEventListener('updatefound', follow);
-      // (`follow` assigns it; the cast keeps TypeScript from narrowing it to null here.)
-      /** @type {ServiceWorker | null} */ (watched)?.removeEventListener('statechange', relay);
-    }
-    client.registration = registration;
-  } catch (err) {
-    client.detach();
-    throw err;
+  if (!['never', 'first-queued', 'now'].includes(persist)) {
+    throw new Error(`outbox: persist must be 'never', 'first-queued' or 'now', not ${JSON.stringify(persist)}`);
   }
-
-  // Only a window may ask; queued writes are exactly the data eviction must not take.
-  client.persisted = navigator.storage?.persist
-    ? navigator.storage.persist().catch(() => false)
-    : Promise.resolve(false);
+  const client = new OutboxClient({ commandTimeoutMs, persist, getAuthorization });
+  client.attach(); // before register, so no early report is missed
+  client.track(navigator.serviceWorker.register(scriptUrl, { scope }), { scriptUrl, timeoutMs });
   return client;
+}
+
+/**
+ * Resolves once a worker controls this page (`navigator.serviceWorker.ready` alone may
+ * resolve before any does); rejects when the install failed, when the worker is active
+ * and the page stays uncontrolled (Shift+Reload, outside the scope), or after
+ * `timeoutMs`.
+ * @param {ServiceWorkerRegistration} registration
+ * @param {string} scriptUrl
+ * @param {number} timeoutMs
+ * @returns {Promise<void>}
+ */
+function controlOf(registration, scriptUrl, timeoutMs) {
+  const container = navigator.serviceWorker;
+  const newest = () => registration.installing || registration.waiting || registration.active;
+  // The worker object changes as an update progresses; follow the newest one's state.
+  /** @type {ServiceWorker | null} */
+  let watched = null;
+  const stateTarget = new EventTarget();
+  const relay = () => stateTarget.dispatchEvent(new Event('change'));
+  const follow = () => {
+    const w = newest();
+    if (w && w !== watched) {
+      watched?.removeEventListener('statechange', relay);
+      watched = w;
+      w.addEventListener('statechange', relay);
+    }
+    relay();
+  };
+  registration.addEventListener('updatefound', follow);
+  follow();
+  let graceOver = false;
+  /** @type {ReturnType<typeof setTimeout> | null} */
+  let grace = null;
+  return waitUntil(
+    () => {
+      // A worker whose script throws or whose install fails goes straight to redundant.
+      if (!newest() && watched?.state === 'redundant') {
+        throw new Error(`outbox: the worker at ${scriptUrl} failed to install (see its console)`);
+      }
+      // Controlled by a worker that is activated, or activating: WebKit never tells a page
+      // loaded while its controller was activating that it became activated (its
+      // ServiceWorker objects stay `activating`; a document opened later sees
+      // `activated`), and an activating worker answers messages already.
+      const state = container.controller?.state;
+      if (state === 'activated' || state === 'activating') return true;
+      const active = registration.active?.state === 'activated';
+      // Active, and nothing installing that would claim this page: its claim came first,
+      // so an uncontrolled page stays so (give the claim a moment all the same).
+      if (active && !registration.installing) {
+        if (graceOver) {
+          throw new Error('outbox: this page is not controlled by the outbox worker: it was loaded '
+            + 'bypassing service workers (Shift+Reload: a normal reload brings it back) or lies outside '
+            + 'the worker\'s scope');
+        }
+        grace ??= setTimeout(() => { graceOver = true; relay(); }, NOT_CONTROLLED_GRACE_MS);
+      }
+      return false;
+    },
+    [[stateTarget, 'change'], [container, 'controllerchange']],
+    timeoutMs,
+    () => (registration.active?.state === 'activated'
+      ? 'the page did not become controlled'
+      : `the worker did not activate (state: ${newest()?.state ?? 'none'})`),
+  ).finally(() => {
+    if (grace) clearTimeout(grace);
+    registration.removeEventListener('updatefound', follow);
+    // (`follow` assigns it; the cast keeps TypeScript from narrowing it to null here.)
+    /** @type {ServiceWorker | null} */ (watched)?.removeEventListener('statechange', relay);
+  });
 }

@@ -54,6 +54,10 @@ export interface OutboxConfig {
   shellUrl?: string;
   /** Where a click on a delivery notification opens the app. Default `/`. */
   notificationUrl?: string;
+  /** Whether a new version takes over as soon as it installed. `false`: it waits until a
+   * page posts it `{type: 'SKIP_WAITING'}` (the page helper's `applyUpdate()`), for a
+   * prompt-to-update flow. Default true. */
+  skipWaiting?: boolean;
   /** Set by `sw.js` from `pkg/build.js` and `SW_OUTBOX_SHELL_BUILD`; names the cache
    * `sw-outbox-<build>`. A value set here is overwritten. */
   build?: string;

@@ -1,10 +1,19 @@
 /* sw-outbox service worker: a classic worker shim around the WASM outbox.
  *
- * It holds no request policy. It adds every listener during the first evaluation
- * (listeners added after an await are ignored), starts loading the module at once, and
- * hands each event to Rust once the module is ready, so nothing that arrives while it
- * loads is dropped. The module's bytes are cached at install so a worker restarted
- * offline still starts.
+ * It adds every listener during the first evaluation (listeners added after an await are
+ * ignored), starts loading the module at once, and hands each event to Rust once the
+ * module is ready, so nothing that arrives while it loads is dropped. The module's bytes
+ * are cached at install so a worker restarted offline still starts.
+ *
+ * Whether a request is the outbox's is decided here, synchronously, from the
+ * configuration alone, before the module has loaded (contract 1, r3): a request that is
+ * not the outbox's gets no `respondWith`, so the browser, or the next listener of the
+ * site's worker (Workbox, Serwist), handles it as if the outbox were not there. The rule
+ * is `core::route::owner`'s; `swOutboxRoute` below is its mirror, which
+ * tests/service_worker_route.rs runs beside the Rust over every route class. The app
+ * shell's answers (network first, the precached copy when that fails) need no module
+ * either and are given here; API reads are answered here while the module loads. Only
+ * the outbox's writes and auth routes wait for it.
  *
  * Install (precache) and activation (cache cleanup) stay here, in JavaScript, on
  * purpose: the module itself is loaded from the cache install fills, so that cache must
@@ -68,17 +77,152 @@ const CACHE = CACHE_PREFIX + CONFIG.build;
 const RUNTIME = ['pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm'].map((p) => BASE + p);
 const WASM_URL = RUNTIME[2];
 
+// ---- route: begin -------------------------------------------------------------------
+// The route rule and the answers that need no module. Self-contained (only the
+// platform's URL, RegExp, Response, fetch and caches): tests/service_worker_route.rs
+// evaluates this part on its own and holds it to the Rust (`core::route::owner`,
+// `core::shell`, `core::config::Config::default`).
+
+/** The defaults of the configuration fields the rule reads (`Config::default`'s). */
+const ROUTE_DEFAULTS = {
+  apiPrefix: '/api/',
+  authRoutePattern: '^/api/auth(/|\\?|$)',
+  expectedAccountHeader: 'X-PM-Expected-Account',
+};
+
+/** The statuses after which the shell's cached copy answers (`core::shell::use_shell`). */
+const SHELL_STATUSES = [500, 502, 503, 504];
+
+/** A page rather than an asset, by its path's last segment (`core::shell::is_page`). */
+function isPage(url) {
+  let path = url.split(/[?#]/)[0];
+  const scheme = path.indexOf('://');
+  if (scheme >= 0) {
+    const slash = path.indexOf('/', scheme + 3);
+    path = slash < 0 ? '/' : path.slice(slash);
+  }
+  const last = path.slice(path.lastIndexOf('/') + 1);
+  if (last === '' || last === '.') return true;
+  return /\.html?$/i.test(last) || !last.includes('.');
+}
+
+/**
+ * The rule: `(method, url, navigate)` → `'write' | 'read' | 'auth'` (under `apiPrefix`),
+ * `{shell: <cached URL>}` (the app shell's), or null (not the outbox's). `config.precache`
+ * and `config.shellUrl` are absolute URLs here, as the module gets them.
+ */
+function swOutboxRoute(config, origin) {
+  const prefix = config.apiPrefix ?? ROUTE_DEFAULTS.apiPrefix;
+  const base = prefix.replace(/\/+$/, '');
+  const auth = new RegExp(config.authRoutePattern ?? ROUTE_DEFAULTS.authRoutePattern, 'i');
+  const precache = config.precache ?? [];
+  const shell = config.shellUrl ?? precache.find(isPage) ?? null;
+  const underApi = (path) => path.startsWith(prefix) || path === base || path.startsWith(`${base}?`);
+  return (method, url, navigate) => {
+    let u;
+    try { u = new URL(url); } catch (e) { return null; }
+    if (u.origin !== origin) return null;
+    const path = u.pathname + u.search;
+    if (path.startsWith(prefix)) {
+      if (auth.test(path)) return 'auth';
+      return /^(post|put|patch|delete)$/i.test(method) ? 'write' : 'read';
+    }
+    if (!/^get$/i.test(method) || underApi(path)) return null;
+    if (navigate) return shell === null ? null : { shell };
+    const bare = url.split('#')[0];
+    return precache.includes(bare) ? { shell: bare } : null;
+  };
+}
+
+/** A JSON answer of the worker's own, never cached. */
+function jsonAnswer(status, body) {
+  return new Response(JSON.stringify(body), {
+    status, headers: { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' },
+  });
+}
+
+/** A read (or auth request) to the network; `503 {"error":"offline"}` when it fails. */
+async function networkOrOffline(request) {
+  try {
+    return await fetch(request);
+  } catch (e) {
+    return jsonAnswer(503, { error: 'offline' });
+  }
+}
+
+/** An auth request without the outbox's headers (they never go to an auth route). */
+function withoutOutboxHeaders(request, config) {
+  const names = ['Idempotency-Key', config.expectedAccountHeader ?? ROUTE_DEFAULTS.expectedAccountHeader];
+  if (!names.some((n) => request.headers.has(n))) return request;
+  const headers = new Headers(request.headers);
+  for (const n of names) headers.delete(n);
+  return new Request(request, { headers });
+}
+
+/** A write of the outbox's that arrived while the module cannot start: never sent
+ * around the outbox (without its key and expected account), never claimed queued. */
+function notStarted(why) {
+  return jsonAnswer(503, {
+    queued: false,
+    error: `the outbox could not start (${why}), so this write was neither sent nor stored: try again`,
+  });
+}
+
+/** The cached copy of `url` in the cache `cacheName` (never created by looking), or
+ * null. A copy that had followed a redirect is re-made: browsers refuse a redirected
+ * response for a navigation. */
+async function shellCopy(cacheName, url) {
+  try {
+    if (!(await caches.has(cacheName))) return null;
+    const hit = await (await caches.open(cacheName)).match(url);
+    if (!hit || !hit.redirected) return hit ?? null;
+    return new Response(await hit.arrayBuffer(), { status: hit.status, statusText: hit.statusText, headers: hit.headers });
+  } catch (e) {
+    return null;
+  }
+}
+
+/** The shell's answer: the network's, unless it failed or answered a server error and
+ * this build's cache holds the copy; without a copy the network's answer (or failure)
+ * stands. */
+async function shellAnswer(network, cacheName, url) {
+  let answer = null;
+  let failure = null;
+  try {
+    answer = await network;
+  } catch (e) {
+    failure = e;
+  }
+  if (answer && !SHELL_STATUSES.includes(answer.status)) return answer;
+  const copy = await shellCopy(cacheName, url);
+  if (copy) return copy;
+  if (answer) return answer;
+  throw failure;
+}
+// ---- route: end ---------------------------------------------------------------------
+
+const route = swOutboxRoute(CONFIG, self.location.origin);
+
 let loaded = null; // the Outbox once ready
 let loading = null; // its promise
+/** Whether this worker takes over as soon as it installed: the site's `skipWaiting`
+ * (default true), or a page's `SKIP_WAITING` (a prompt-to-update flow) once it came. */
+let skipRequested = CONFIG.skipWaiting !== false;
 let startup = null; // the flush run once per worker start, once this worker is active
 let startupKept = false; // whether an event already waits for it
 
+/** Resolves with the module's loading once something asked for it (see startWhenIdle). */
+let asked;
+const askedFor = new Promise((resolve) => { asked = resolve; });
+
 /** Loads the module (from the cache when it is there) and starts the outbox. */
 function outbox() {
+  clearTimeout(idleStart);
   if (!loading) {
     loading = (async () => {
-      const cache = await caches.open(CACHE);
-      let bytes = await cache.match(WASM_URL);
+      // Looked up without opening the cache: opening creates it, and a worker being
+      // replaced would bring back the cache its successor's activation just deleted.
+      let bytes = await caches.match(WASM_URL, { cacheName: CACHE });
       if (!bytes) {
         bytes = await fetch(WASM_URL);
         if (!bytes.ok) throw new Error(`sw-outbox: ${WASM_URL} answered ${bytes.status}`);
@@ -96,8 +240,30 @@ function outbox() {
       console.error('sw-outbox: the module did not start', e);
       loading = null; // the next event tries again
     });
+    asked(loading);
   }
   return loading;
+}
+
+/**
+ * A worker the browser started for requests that are not the outbox's (a page's
+ * navigation and files) starts its module only once they stopped coming: IDLE_START_MS
+ * after the last of them, at most IDLE_START_MAX_MS after the first. Instantiating the
+ * module and opening the database take the worker's thread for a while (bench/README.md,
+ * start-up steps), and every request of a controlled page is dispatched on that thread,
+ * answered or not. It still starts on every start, for its start-up flush; an event that
+ * needs it starts it at once.
+ */
+const IDLE_START_MS = 2000;
+const IDLE_START_MAX_MS = 10000;
+let idleStart = null;
+let idleDeadline = 0;
+function startWhenIdle() {
+  if (loading) return;
+  const now = Date.now();
+  if (!idleDeadline) idleDeadline = now + IDLE_START_MAX_MS;
+  clearTimeout(idleStart);
+  idleStart = setTimeout(() => { outbox().catch(() => {}); }, Math.max(0, Math.min(IDLE_START_MS, idleDeadline - now)));
 }
 
 /** Whether this worker is the registration's active one. An installing or waiting
@@ -168,11 +334,13 @@ function nudgeWaiting() {
 }
 
 /** Keeps the worker alive for the start-up flush: the first event after start only, so
- * no later event is held by it. */
-function keepAlive(event, work) {
+ * no later event is held by it (a fetch the outbox does not answer included: its
+ * `waitUntil` holds the worker, not the request, and it waits for the module's idle
+ * start without asking for the module itself). */
+function keepAlive(event) {
   if (startupKept) return;
   startupKept = true;
-  event.waitUntil(work.then(() => startup).catch(() => {}));
+  event.waitUntil(askedFor.then((l) => l).then(() => startup).catch(() => {}));
 }
 
 self.addEventListener('install', (event) => {
@@ -180,7 +348,9 @@ self.addEventListener('install', (event) => {
     const cache = await caches.open(CACHE);
     await cache.addAll([...RUNTIME, ...CONFIG.precache].map(fresh));
     await outbox(); // a build whose module does not start must not install
-    await self.skipWaiting();
+    // With `skipWaiting: false` the new version waits for a page's SKIP_WAITING (or for
+    // every page of the old one to close), so a site can prompt before it takes over.
+    if (skipRequested) await self.skipWaiting();
   })());
 });
 
@@ -249,32 +419,79 @@ self.addEventListener('fetch', (event) => {
   }
   nudgeWaiting();
   const request = event.request;
-  if (loaded) {
-    if (loaded.intercepts(request)) event.respondWith(loaded.handle_fetch(request, event));
-    return;
+  const owner = route(request.method, request.url, request.mode === 'navigate');
+  let answer;
+  if (owner === null) {
+    // Not the outbox's: no respondWith, decided before (and without) the module.
+    startWhenIdle();
+  } else if (typeof owner === 'object') {
+    answer = shellAnswer(fetch(request), CACHE, owner.shell);
+    startWhenIdle();
+  } else if (loaded) {
+    answer = loaded.handle_fetch(request, event);
+  } else if (owner === 'read') {
+    // A read is network only: it need not wait for the module.
+    answer = networkOrOffline(request);
+    startWhenIdle();
+  } else {
+    // A write (stored by the module when the network fails) or an auth route (the
+    // sign-in barrier must see it) waits for the module; if it cannot start, a write
+    // is refused, never sent around the outbox, and an auth route goes to the network.
+    answer = outbox().then(
+      (o) => o.handle_fetch(request, event),
+      (e) => (owner === 'write' ? notStarted(describe(e)) : networkOrOffline(withoutOutboxHeaders(request, CONFIG))),
+    );
   }
-  // Still loading: the module decides once it is there; if it cannot start, the
-  // network answers as if there were no worker.
-  const work = outbox();
-  const answer = work
-    .then((o) => (o.intercepts(request) ? o.handle_fetch(request, event) : fetch(request)))
-    .catch(() => fetch(request));
-  event.respondWith(answer);
-  if (first) answer.then(() => mark('first-answer'), () => {});
-  keepAlive(event, work);
+  if (answer) {
+    event.respondWith(answer);
+    if (first) answer.then(() => mark('first-answer'), () => {});
+  }
+  keepAlive(event);
 });
 
+/** An error's message, for an answer or a log line. */
+function describe(e) {
+  return String((e && e.message) || e);
+}
+
+/** What a page posts a waiting worker to make it take over (a prompt-to-update flow);
+ * workbox-window's `messageSkipWaiting()` and vite-plugin-pwa's `updateSW()` send the
+ * same. Not a command of the outbox: it gets no COMMAND_RESULT. */
+const SKIP_WAITING = 'SKIP_WAITING';
+
 self.addEventListener('message', (event) => {
-  // Only another worker of this origin can send this; it is not a page command.
-  if (event.data && event.data.type === NUDGE && event.source instanceof ServiceWorker) {
+  const data = event.data;
+  const type = data && typeof data === 'object' ? data.type : undefined;
+  const fromWorker = typeof ServiceWorker !== 'undefined' && event.source instanceof ServiceWorker;
+  if (type === NUDGE && fromWorker) {
+    // Only another worker of this origin can send this; it is not a page command. It
+    // renews a skipWaiting() this worker made; one waiting for a prompt keeps waiting.
+    if (skipRequested) event.waitUntil(self.skipWaiting());
+    return;
+  }
+  if (type === SKIP_WAITING && !fromWorker) {
+    skipRequested = true;
     event.waitUntil(self.skipWaiting());
     return;
   }
   nudgeWaiting();
   const work = outbox();
-  event.waitUntil(work.then((o) => o.handle_message(event)));
-  keepAlive(event, work);
+  event.waitUntil(work.then((o) => o.handle_message(event), (e) => refuse(event, type, e)));
+  keepAlive(event);
 });
+
+/** A command that arrived while the module cannot start gets a clear refusal, not
+ * silence (a page would wait out its timeout), where the module would have answered: the
+ * message's first transferred port, else its source (`worker::clients::ReplyTo`). */
+function refuse(event, type, e) {
+  const requestId = event.data && typeof event.data === 'object' ? event.data.requestId : undefined;
+  try {
+    (event.ports?.[0] ?? event.source)?.postMessage({
+      type: 'COMMAND_RESULT', command: typeof type === 'string' ? type : null, ok: false,
+      reason: `the outbox could not start: ${describe(e)}`, ...(requestId == null ? {} : { requestId }),
+    });
+  } catch (err) { /* the page is gone */ }
+}
 
 self.addEventListener('sync', (event) => {
   nudgeWaiting();
@@ -296,4 +513,4 @@ self.addEventListener('online', () => {
   outbox().then((o) => o.handle_online()).catch(() => {});
 });
 
-outbox();
+startWhenIdle();

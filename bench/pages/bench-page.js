@@ -35,6 +35,7 @@ const adapters = {
     async register(url) {
       const { registerOutbox } = await import('/outbox-client.js');
       client = await registerOutbox({ scriptUrl: url, timeoutMs: 60000, commandTimeoutMs: 600000 });
+      await client.controlled;
     },
     async ready() {
       const r = await client.authSession('bench');

@@ -65,6 +65,10 @@ pub struct Config {
     pub shell_url: Option<String>,
     /// Where a click on a delivery notification opens the app when no window is open.
     pub notification_url: String,
+    /// Whether a new version takes over at once after it installed (contract 7, r3).
+    /// `false` leaves it waiting until a page asks (`SKIP_WAITING`): a prompt-to-update
+    /// flow. Read by `www/sw.js`, which installs and activates.
+    pub skip_waiting: bool,
     /// Cache-name suffix naming this build; `www/sw.js` sets it from the build id.
     pub build: String,
 }
@@ -97,6 +101,7 @@ impl Default for Config {
             precache: Vec::new(),
             shell_url: None,
             notification_url: "/".into(),
+            skip_waiting: true,
             build: "dev".into(),
         }
     }
@@ -329,6 +334,10 @@ mod tests {
         assert_eq!(c.replay_headers.len(), 7);
         assert_eq!(c.queue_statuses, [502, 503, 504]);
         assert!(!c.persist_authorization);
+        assert!(
+            c.skip_waiting,
+            "a new version takes over at once, as before r3"
+        );
     }
 
     #[test]
@@ -433,6 +442,11 @@ mod tests {
         // Out of the field's type altogether: refused by the reader.
         assert!(serde_json::from_str::<Config>(r#"{"attemptTimeoutMs":-1}"#).is_err());
         assert!(serde_json::from_str::<Config>(r#"{"attemptTimeoutMs":1.5}"#).is_err());
+        // A flag is a boolean, not a truthy value: "false" would read as a prompt nobody wrote.
+        assert!(serde_json::from_str::<Config>(r#"{"skipWaiting":"false"}"#).is_err());
+        assert!(serde_json::from_str::<Config>(r#"{"skipWaiting":0}"#).is_err());
+        let c: Config = serde_json::from_str(r#"{"skipWaiting":false}"#).expect("parses");
+        assert!(!c.validate().expect("valid").skip_waiting);
     }
 
     #[test]

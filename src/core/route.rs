@@ -1,12 +1,19 @@
 //! What is intercepted (contract section 1) and which workspace a write belongs to
 //! (section 3).
 //!
+//! [`owner`] is the one statement of "is this request the outbox's" (r3): it reads the
+//! configuration and the request's method, URL and mode, nothing else, so `www/sw.js`
+//! can decide it synchronously before the module has loaded. sw.js holds a JavaScript
+//! mirror of it (`swOutboxRoute`), which `tests/service_worker_route.rs` runs beside this
+//! function over every route class, in each engine.
+//!
 //! The two patterns of the configuration are JavaScript regular expressions, so in the
 //! browser they are compiled by the browser's own engine (exact JavaScript semantics, no
 //! regex engine shipped in the module). The core only needs "does it match" and "what is
 //! capture group 1", which is the [`Patterns`] trait.
 
 use super::config::Config;
+use super::shell::{self, ShellRequest};
 
 /// The two configured patterns, compiled by whoever hosts the core.
 pub trait Patterns {
@@ -43,6 +50,39 @@ pub enum RequestKind {
         /// `neverQueuePattern` matched: sent like any other write, never queued (2.9).
         never_queue: bool,
     },
+}
+
+/// Who answers a request: decided from the configuration and the request alone (the
+/// browser-side facts in [`ShellRequest`]), before anything is loaded or read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner<'c> {
+    /// Not the outbox's: no `respondWith`; the browser, or another library's listener,
+    /// handles it as if the outbox were not there.
+    NotOurs,
+    /// A write under `apiPrefix` (the module's: first attempt, queue).
+    Write,
+    /// A read under `apiPrefix`: network only; `503 {"error":"offline"}` when it fails.
+    Read,
+    /// An auth route: to the network without the outbox's headers, never queued.
+    AuthRoute,
+    /// The app shell's (section 9): network first, this cached URL when the network
+    /// fails or answers a server error.
+    Shell(&'c str),
+}
+
+/// Whether the outbox answers this request, and how (contract 1, r3; section 9). Under
+/// `apiPrefix` it is [`classify`]'s kind; elsewhere the shell's ([`shell::fallback_for`]);
+/// anything else is not the outbox's.
+pub fn owner<'c>(req: &ShellRequest<'_>, config: &'c Config, patterns: &dyn Patterns) -> Owner<'c> {
+    match classify(req.method, req.same_origin, req.path, config, patterns) {
+        RequestKind::Write { .. } => Owner::Write,
+        RequestKind::ApiRead => Owner::Read,
+        RequestKind::AuthRoute => Owner::AuthRoute,
+        RequestKind::Passthrough => match shell::fallback_for(req, config) {
+            Some(url) => Owner::Shell(url),
+            None => Owner::NotOurs,
+        },
+    }
 }
 
 /// Decides the kind of a request from its method, whether it is same-origin, and its
@@ -243,6 +283,66 @@ mod tests {
         assert_eq!(
             classify("POST", false, "/api/notes", &c, &RegexPatterns::defaults()),
             RequestKind::Passthrough
+        );
+    }
+
+    fn request<'a>(
+        method: &'a str,
+        navigate: bool,
+        path: &'a str,
+        url: &'a str,
+    ) -> ShellRequest<'a> {
+        ShellRequest {
+            navigate,
+            same_origin: true,
+            method,
+            path,
+            url,
+        }
+    }
+
+    #[test]
+    fn the_owner_is_the_api_the_shell_or_nobody() {
+        let c = Config {
+            precache: vec![
+                "https://a.example/".into(),
+                "https://a.example/app.js".into(),
+            ],
+            ..Config::default()
+        };
+        let p = RegexPatterns::new(&c);
+        let at = |method, navigate, path| {
+            let url = format!("https://a.example{path}");
+            owner(&request(method, navigate, path, &url), &c, &p)
+        };
+        assert_eq!(at("POST", false, "/api/notes"), Owner::Write);
+        assert_eq!(at("GET", false, "/api/notes"), Owner::Read);
+        assert_eq!(at("GET", true, "/api/auth/login"), Owner::AuthRoute);
+        assert_eq!(
+            at("GET", true, "/projects/1"),
+            Owner::Shell("https://a.example/")
+        );
+        assert_eq!(
+            at("GET", false, "/app.js"),
+            Owner::Shell("https://a.example/app.js")
+        );
+        assert_eq!(at("GET", false, "/other.js"), Owner::NotOurs);
+        assert_eq!(
+            at("GET", true, "/api"),
+            Owner::NotOurs,
+            "the API base is neither"
+        );
+        assert_eq!(at("POST", true, "/form"), Owner::NotOurs);
+        let other = ShellRequest {
+            same_origin: false,
+            ..request("POST", false, "/api/notes", "https://b.example/api/notes")
+        };
+        assert_eq!(owner(&other, &c, &p), Owner::NotOurs);
+        // Without a shell, navigations are nobody's.
+        let bare = Config::default();
+        assert_eq!(
+            owner(&request("GET", true, "/", "https://a.example/"), &bare, &p),
+            Owner::NotOurs
         );
     }
 

@@ -25,7 +25,13 @@ pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 
 /// Whether the request is same-origin, and its path with query.
 pub fn locate(request: &Request) -> Option<(bool, String)> {
-    let url = Url::new(&request.url()).ok()?;
+    locate_url(&request.url())
+}
+
+/// Whether a URL is of this worker's origin, and its path with query (as the browser's
+/// URL parser gives them: `new URL(u).pathname + search`).
+pub fn locate_url(url: &str) -> Option<(bool, String)> {
+    let url = Url::new(url).ok()?;
     let here = scope().location().origin();
     Some((
         url.origin() == here,

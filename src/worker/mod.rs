@@ -19,12 +19,13 @@ mod notify;
 mod offline;
 mod patterns;
 mod retry;
-pub mod shell;
+mod shell;
 mod steps;
 mod view;
 
 use crate::core::config::Config;
-use crate::core::route::{classify, RequestKind};
+use crate::core::route::{owner, Owner};
+use crate::core::shell::ShellRequest;
 use crate::store::Store;
 use chain::FifoLock;
 use std::cell::RefCell;
@@ -196,27 +197,36 @@ fn watch_updates(inner: &Rc<Inner>) {
 
 #[wasm_bindgen]
 impl Outbox {
-    /// Whether a request is the outbox's business (decided synchronously, so `sw.js`
-    /// calls `respondWith` only for these).
-    pub fn intercepts(&self, request: &Request) -> bool {
-        if shell::handles(&self.inner, request) {
-            return true;
-        }
-        let Some((same_origin, path)) = fetch::locate(request) else {
-            return false;
+    /// How `core::route::owner` decides a request given as plain values: the Rust side
+    /// of the route rule that `www/sw.js` mirrors (`swOutboxRoute`) to decide before the
+    /// module has loaded; tests/service_worker_route.rs runs the two side by side (a
+    /// navigation `Request` cannot be constructed in a worker, hence plain values).
+    /// `not-ours`, `write`, `read`, `auth`, or `shell <cached URL>`.
+    #[doc(hidden)]
+    pub fn route_for_tests(&self, method: &str, url: &str, navigate: bool) -> String {
+        let Some((same_origin, path)) = fetch::locate_url(url) else {
+            return "not-ours".into();
         };
-        classify(
-            &request.method(),
+        let request = ShellRequest {
+            navigate,
             same_origin,
-            &path,
-            &self.inner.config,
-            &*self.inner.patterns,
-        ) != RequestKind::Passthrough
+            method,
+            path: &path,
+            url,
+        };
+        match owner(&request, &self.inner.config, &*self.inner.patterns) {
+            Owner::NotOurs => "not-ours".into(),
+            Owner::Write => "write".into(),
+            Owner::Read => "read".into(),
+            Owner::AuthRoute => "auth".into(),
+            Owner::Shell(cached) => format!("shell {cached}"),
+        }
     }
 
-    /// Answers a fetch event's request (contract sections 1, 2 and 9). With the event,
-    /// work that the answer does not need (the `MUTATION_QUEUED` report, the sync
-    /// registration) runs after it, kept alive by `event.waitUntil`.
+    /// Answers a request under `apiPrefix` (contract sections 1 and 2): `sw.js` hands
+    /// over only those (the app shell's requests it answers itself, needing no module).
+    /// With the event, work that the answer does not need (the `MUTATION_QUEUED` report,
+    /// the sync registration) runs after it, kept alive by `event.waitUntil`.
     pub fn handle_fetch(
         &self,
         request: Request,
@@ -228,9 +238,6 @@ impl Outbox {
         // until it is answered and the account is named again (r3, 4.5 end).
         let changing = fetch::is_auth_route(&inner, &request).then(|| inner.session_changing());
         future_to_promise(async move {
-            if shell::handles(&inner, &request) {
-                return shell::handle(&inner, request).await.map(Into::into);
-            }
             let answer = fetch::handle(&inner, request, event.as_ref()).await;
             drop(changing);
             answer.map(Into::into)

@@ -40,7 +40,7 @@ import './style.css';
 document.querySelector('h1').textContent = greeting;
 window.app = {};
 window.app.ready = registerOutbox({ scriptUrl: import.meta.env.BASE_URL + 'sw.js', scope: import.meta.env.BASE_URL })
-  .then((client) => { window.app.client = client; });
+  .then((client) => { window.app.client = client; return client.controlled; });
 window.app.json = async (method, path, body, headers = {}) => {
   const r = await fetch(path, {
     method, headers: { 'Content-Type': 'application/json', ...headers },

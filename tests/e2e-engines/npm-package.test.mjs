@@ -46,7 +46,7 @@ const SITE_HTML = `<!doctype html>
 
 const SITE_JS = `import { registerOutbox } from '/sw-outbox/outbox-client.js';
 window.site = {};
-window.site.ready = registerOutbox({ scriptUrl: '/sw.js' }).then((client) => { window.site.client = client; });
+window.site.ready = registerOutbox({ scriptUrl: '/sw.js' }).then((client) => { window.site.client = client; return client.controlled; });
 window.site.json = async (method, path, body, headers = {}) => {
   const r = await fetch(path, {
     method, headers: { 'Content-Type': 'application/json', ...headers },

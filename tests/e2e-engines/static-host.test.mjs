@@ -40,7 +40,7 @@ const siteHtml = (deploy) => `<!doctype html>
 `;
 
 const SITE_JS = `import { registerOutbox } from '/sw-outbox/outbox-client.js';
-window.site = { ready: registerOutbox({ scriptUrl: '/sw.js' }) };
+window.site = { ready: registerOutbox({ scriptUrl: '/sw.js' }).then((client) => client.controlled) };
 `;
 
 let dir;

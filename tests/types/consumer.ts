@@ -39,12 +39,15 @@ const config: OutboxConfig = {
   precache: ['./', './index.html'],
   shellUrl: './index.html',
   notificationUrl: '/',
+  skipWaiting: false,
   build: 'ignored',
   queueStatuses: [502, 503, 504],
   persistAuthorization: false,
 };
 // @ts-expect-error a timer is a number of milliseconds
 const badConfig: OutboxConfig = { attemptTimeoutMs: '15s' };
+// @ts-expect-error skipWaiting is a boolean, not a word
+const badSkip: OutboxConfig = { skipWaiting: 'no' };
 // @ts-expect-error unknown fields are refused (the worker refuses them too)
 const typoConfig: OutboxConfig = { apiPrefx: '/api/' };
 
@@ -75,12 +78,26 @@ const reportTypes: readonly ReportType[] = REPORT_TYPES;
 async function adopter(): Promise<void> {
   const getAuthorization: AuthorizationProvider = async (userId: string) => `Bearer token-of-${userId}`;
   const outbox: OutboxClient = await registerOutbox({
-    scriptUrl: '/sw.js', scope: '/', timeoutMs: 10000, commandTimeoutMs: 60000, getAuthorization,
+    scriptUrl: '/sw.js', scope: '/', timeoutMs: 10000, commandTimeoutMs: 60000, persist: 'first-queued', getAuthorization,
   });
+  await registerOutbox({ persist: 'now' });
+  // @ts-expect-error persist is 'never', 'first-queued' or 'now'
+  await registerOutbox({ persist: true });
   // @ts-expect-error a provider resolves with a header value, not a token object
   await registerOutbox({ getAuthorization: async () => ({ accessToken: 'x' }) });
   const registration: ServiceWorkerRegistration | undefined = outbox.registration;
+  const registered: ServiceWorkerRegistration | undefined = await outbox.registered;
+  await outbox.controlled;
   const persisted: boolean | undefined = await outbox.persisted;
+  const granted: boolean = await outbox.persist();
+  // The update lifecycle, for a prompt-to-update flow (`skipWaiting: false`).
+  const offWaiting = outbox.onUpdateWaiting((worker: ServiceWorker) => worker.scriptURL);
+  const offControlling = outbox.onControlling(({ isUpdate }) => { if (isUpdate) location.reload(); });
+  offWaiting();
+  offControlling();
+  const waiting: ServiceWorker | null = outbox.waiting;
+  const applied: boolean = await outbox.applyUpdate({ timeoutMs: 5000 });
+  await outbox.update();
   const timeout: number = outbox.commandTimeoutMs;
   // @ts-expect-error internals are private
   outbox.pending.clear();
@@ -200,8 +217,8 @@ async function adopter(): Promise<void> {
     void body;
   }
 
-  void [registration, persisted, timeout, session, signed, bearerSigned, affected, attention, listed,
+  void [registration, registered, persisted, granted, waiting, applied, timeout, session, signed, bearerSigned, affected, attention, listed,
     answered, future, names, badCommand, written, aborted, read, readCommand, edited, noBody];
 }
 
-void [badConfig, typoConfig, plugins, reportTypes, adopter];
+void [badConfig, badSkip, typoConfig, plugins, reportTypes, adopter];

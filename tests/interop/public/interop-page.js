@@ -60,6 +60,7 @@ interop.ready = (async () => {
   });
   client.on('*', (m) => { interop.messages.push(JSON.parse(JSON.stringify(m))); });
   interop.client = client;
+  await client.controlled;
   return true;
 })();
 interop.ready.catch((err) => { interop.startError = String(err?.stack ?? err); });
