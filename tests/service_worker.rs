@@ -1070,6 +1070,59 @@ async fn a_shared_reference_message_is_read_field_by_field_and_answered() {
     );
 }
 
+/// `AUTH_SESSION`'s `authorization` (r3): a token longer than other fields are allowed is
+/// read (up to 8192 characters, named past it); the session keeps the credential in
+/// IndexedDB only with `persistAuthorization`, and says it is a bearer session either way.
+#[wasm_bindgen_test]
+async fn auth_session_takes_a_long_token_and_stores_it_only_when_configured_to() {
+    use sw_outbox::core::credential::Authorization;
+    use sw_outbox::store::SessionAuth;
+    let token = format!("Bearer {}", "t".repeat(6000));
+    for persist in [false, true] {
+        let db = unique("bearer-session");
+        let cfg = serde_json::json!({"dbName": db, "persistAuthorization": persist});
+        let o = sw_outbox::worker::start(js(&cfg))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e:?}"));
+        let answer = command(
+            &o,
+            &js(&serde_json::json!({"type":"AUTH_SESSION","userId":"alice","authorization":token})),
+        )
+        .await;
+        assert_eq!(answer["ok"], true, "{answer}");
+        let stored = open(&db).await.session_auth().await.expect("reads");
+        let expected = SessionAuth {
+            bearer: true,
+            authorization: persist.then(|| Authorization::parse(&token).expect("valid")),
+        };
+        assert_eq!(stored, expected, "persistAuthorization {persist}");
+        let too_long = format!("Bearer {}", "t".repeat(8200));
+        let answer = command(
+            &o,
+            &js(&serde_json::json!({"type":"AUTH_SESSION","userId":"alice","authorization":too_long})),
+        )
+        .await;
+        assert_eq!(answer["ok"], false, "{answer}");
+        assert!(
+            answer["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("authorization must be 1 to 8192")),
+            "{answer}"
+        );
+        // A sign-out leaves no credential anywhere.
+        let answer = command(
+            &o,
+            &js(&serde_json::json!({"type":"AUTH_SESSION","userId":null})),
+        )
+        .await;
+        assert_eq!(answer["ok"], true, "{answer}");
+        assert_eq!(
+            open(&db).await.session_auth().await.expect("reads"),
+            SessionAuth::default()
+        );
+    }
+}
+
 #[wasm_bindgen_test]
 async fn abort_write_answers_affected_zero_when_nothing_is_in_flight() {
     let o = outbox(&unique("abort"), 1).await;

@@ -764,6 +764,10 @@ mod tests {
                 "authorization must be 1 to 8192",
             ),
             (
+                json!({"type":"AUTH_SESSION","userId":"u","authorization":format!("Bearer {}", "t".repeat(8186))}),
+                "authorization must be 1 to 8192 characters long, got 8193",
+            ),
+            (
                 json!({"type":"AUTH_SESSION","userId":"u","authorization":"Bearer a\nb"}),
                 "authorization must be visible ASCII",
             ),

@@ -161,15 +161,19 @@ enum Check {
         credential: Option<Credential>,
     },
     SignedOut,
-    /// No identity could be read: the flush stops (contract 4.1, 4.8). `ask`: the
-    /// account whose credential the pages are asked for (`AUTH_NEEDED`, r3) once the stop
-    /// is stored, so that the `AUTH_SESSION` answering it finds the stop it resumes.
-    Stopped {
-        stop: StopReason,
-        end: FlushEnd,
-        why: String,
-        ask: Option<String>,
-    },
+    /// No identity could be read: the flush stops (contract 4.1, 4.8).
+    Stopped(Stop),
+}
+
+/// Why a flush stopped before it read the queue, and what follows.
+struct Stop {
+    stop: StopReason,
+    end: FlushEnd,
+    why: String,
+    /// The account whose credential the pages are asked for (`AUTH_NEEDED`, r3) once
+    /// the stop is stored, so that the `AUTH_SESSION` answering it finds the stop it
+    /// resumes.
+    ask: Option<String>,
 }
 
 /// Checks who is signed in, once no session change is open, and only as an answer to a
@@ -179,24 +183,24 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
     let cfg = &inner.config;
     loop {
         if !settled_before(inner, deadline).await {
-            return Check::Stopped {
+            return Check::Stopped(Stop {
                 stop: StopReason::Budget,
                 end: FlushEnd::Clean,
                 why: "a sign-in was still under way when the flush's time ran out".into(),
                 ask: None,
-            };
+            });
         }
         // A bearer session whose credential this worker does not hold (restarted, with
         // `persistAuthorization` false): the pages are asked for it before anything is
         // replayed (r3), and the next `AUTH_SESSION` resumes (`unauthorized` awaits it).
         let bearer = inner.bearer();
         if let Bearer::Missing { user } = &bearer {
-            return Check::Stopped {
+            return Check::Stopped(Stop {
                 stop: StopReason::Unauthorized,
                 end: FlushEnd::Clean,
                 why: format!("the credential of {user} is needed: AUTH_NEEDED was sent"),
                 ask: Some(user.clone()),
-            };
+            });
         }
         let Some(checked) = inner.identity_check_begins() else {
             continue;
@@ -220,20 +224,20 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
         }
         let (identity, retry_after) = match answer {
             IdentityAnswer::Offline => {
-                return Check::Stopped {
+                return Check::Stopped(Stop {
                     stop: StopReason::Offline,
                     end: FlushEnd::Transient,
                     why: "the identity check failed: offline".into(),
                     ask: None,
-                }
+                })
             }
             IdentityAnswer::Stalled => {
-                return Check::Stopped {
+                return Check::Stopped(Stop {
                     stop: StopReason::IdentityCheck,
                     end: FlushEnd::Transient,
                     why: "the identity check's answer did not arrive in time".into(),
                     ask: None,
-                }
+                })
             }
             IdentityAnswer::Answered {
                 identity,
@@ -256,22 +260,22 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
             Identity::SignedOut if credential.is_some() => {
                 let user = credential.as_ref().map_or("", |c| c.user.as_str());
                 inner.credential_refused(credential.as_ref().map(|c| &c.authorization));
-                Check::Stopped {
+                Check::Stopped(Stop {
                     stop: StopReason::Unauthorized,
                     end: FlushEnd::Clean,
                     why: format!(
                         "the server refused the credential of {user}: AUTH_NEEDED was sent"
                     ),
                     ask: Some(user.to_owned()),
-                }
+                })
             }
             Identity::SignedOut => Check::SignedOut,
-            Identity::Unavailable { status } => Check::Stopped {
+            Identity::Unavailable { status } => Check::Stopped(Stop {
                 stop: StopReason::IdentityCheck,
                 end: identity_unavailable(status, retry_after.as_deref(), now_ms()),
                 why: format!("the identity check answered {status}"),
                 ask: None,
-            },
+            }),
         };
     }
 }
@@ -326,7 +330,7 @@ async fn recheck(inner: &Rc<Inner>, who: &mut Who, deadline: u64) -> Recheck {
         }
         Check::SignedIn { .. } => Recheck::Changed { signed_out: false },
         Check::SignedOut => Recheck::Changed { signed_out: true },
-        Check::Stopped { stop, end, ask, .. } => Recheck::Failed(stop, end, ask),
+        Check::Stopped(Stop { stop, end, ask, .. }) => Recheck::Failed(stop, end, ask),
     }
 }
 
@@ -366,30 +370,20 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             credential,
         } => (Some(user), csrf, Some(checked), credential),
         Check::SignedOut => (None, None, None, None),
-        Check::Stopped {
-            stop,
-            end,
-            why,
-            ask,
-        } => {
-            return stopped_before_reading(inner, trigger, backoff, started, stop, end, why, ask)
-                .await;
+        Check::Stopped(stop) => {
+            return stopped_before_reading(inner, trigger, backoff, started, stop).await;
         }
     };
     let items = match read_all(inner).await {
         Ok(items) => items,
         Err(e) => {
-            return stopped_before_reading(
-                inner,
-                trigger,
-                backoff,
-                started,
-                StopReason::Storage,
-                FlushEnd::Transient,
-                format!("the queue could not be read: {e}"),
-                None,
-            )
-            .await;
+            let stop = Stop {
+                stop: StopReason::Storage,
+                end: FlushEnd::Transient,
+                why: format!("the queue could not be read: {e}"),
+                ask: None,
+            };
+            return stopped_before_reading(inner, trigger, backoff, started, stop).await;
         }
     };
     let mut metas: HashMap<RecordId, RecordMeta> = HashMap::new();
@@ -685,16 +679,17 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
 /// read, failed): the stop is persisted, reported (`MUTATIONS_PARTIAL` with `stoppedBy`
 /// and `retryAt`, no `MUTATIONS_BLOCKED`: without an identity nothing can be said of the
 /// records) and retried (contract 4.1, 4.8).
-#[allow(clippy::too_many_arguments)]
 async fn stopped_before_reading(
     inner: &Rc<Inner>,
     trigger: Trigger,
     backoff: Backoff,
     started: u64,
-    stop: StopReason,
-    end: FlushEnd,
-    why: String,
-    ask: Option<String>,
+    Stop {
+        stop,
+        end,
+        why,
+        ask,
+    }: Stop,
 ) -> FlushOutcome {
     let after = backoff.after(
         end,
