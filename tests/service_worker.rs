@@ -417,6 +417,68 @@ async fn the_session_survives_reopening() {
     assert_eq!(b.session_user().await.expect("reads"), None);
 }
 
+/// A bearer session's credential (r3) is persisted with the session only when given (the
+/// worker gives it with `persistAuthorization`), read back after a reopen, and gone with a
+/// sign-out, a cookie sign-in and a clear; without it, the session still says it is a
+/// bearer one (a restarted worker then asks for the credential).
+#[wasm_bindgen_test]
+async fn a_bearer_sessions_credential_is_kept_only_when_given_and_goes_with_the_session() {
+    use sw_outbox::core::credential::Authorization;
+    use sw_outbox::store::SessionAuth;
+    let name = unique("bearer");
+    let a = open(&name).await;
+    assert_eq!(
+        a.session_auth().await.expect("reads"),
+        SessionAuth::default()
+    );
+    let kept = SessionAuth {
+        bearer: true,
+        authorization: Some(Authorization::parse("Bearer kept.1").expect("valid")),
+    };
+    a.set_session(Some("alice"), &kept).await.expect("writes");
+    a.close();
+    let b = open(&name).await;
+    assert_eq!(
+        b.session_auth().await.expect("reads"),
+        kept,
+        "across a reopen"
+    );
+    assert_eq!(b.snapshot().await.expect("reads").auth, kept);
+    let memory_only = SessionAuth {
+        bearer: true,
+        authorization: None,
+    };
+    b.set_session(Some("alice"), &memory_only)
+        .await
+        .expect("writes");
+    assert_eq!(
+        b.session_auth().await.expect("reads"),
+        memory_only,
+        "a bearer session without its credential stored"
+    );
+    b.set_session(Some("alice"), &kept).await.expect("writes");
+    b.set_session_user(Some("alice")).await.expect("writes");
+    assert_eq!(
+        b.session_auth().await.expect("reads"),
+        SessionAuth::default(),
+        "a cookie sign-in replaces it"
+    );
+    b.set_session(Some("alice"), &kept).await.expect("writes");
+    b.set_session(None, &kept).await.expect("writes");
+    assert_eq!(
+        b.session_auth().await.expect("reads"),
+        SessionAuth::default(),
+        "a sign-out carries none"
+    );
+    b.set_session(Some("alice"), &kept).await.expect("writes");
+    b.clear_device().await.expect("clears");
+    assert_eq!(
+        b.session_auth().await.expect("reads"),
+        SessionAuth::default()
+    );
+    assert_eq!(b.session_user().await.expect("reads"), None);
+}
+
 // ---- interception, through the exported Outbox -------------------------------------
 
 async fn outbox(db: &str, timeout_ms: u32) -> sw_outbox::worker::Outbox {
@@ -490,6 +552,10 @@ async fn a_write_without_an_answer_is_queued_and_the_202_names_its_record() {
     .await;
     assert_eq!(status, 202, "{json}");
     assert_eq!(json["queued"], true);
+    assert!(
+        json["background"].is_boolean(),
+        "r3: whether Background Sync took it: {json}"
+    );
     let key = json["idempotencyKey"].as_str().expect("key").to_owned();
     assert!(IdempotencyKey::parse(&key).is_ok());
     let id = json["id"].as_u64().expect("id");
@@ -1002,6 +1068,59 @@ async fn a_shared_reference_message_is_read_field_by_field_and_answered() {
         answer["reason"].as_str().is_some_and(|r| r.contains("ids")),
         "{answer}"
     );
+}
+
+/// `AUTH_SESSION`'s `authorization` (r3): a token longer than other fields are allowed is
+/// read (up to 8192 characters, named past it); the session keeps the credential in
+/// IndexedDB only with `persistAuthorization`, and says it is a bearer session either way.
+#[wasm_bindgen_test]
+async fn auth_session_takes_a_long_token_and_stores_it_only_when_configured_to() {
+    use sw_outbox::core::credential::Authorization;
+    use sw_outbox::store::SessionAuth;
+    let token = format!("Bearer {}", "t".repeat(6000));
+    for persist in [false, true] {
+        let db = unique("bearer-session");
+        let cfg = serde_json::json!({"dbName": db, "persistAuthorization": persist});
+        let o = sw_outbox::worker::start(js(&cfg))
+            .await
+            .unwrap_or_else(|e| panic!("start: {e:?}"));
+        let answer = command(
+            &o,
+            &js(&serde_json::json!({"type":"AUTH_SESSION","userId":"alice","authorization":token})),
+        )
+        .await;
+        assert_eq!(answer["ok"], true, "{answer}");
+        let stored = open(&db).await.session_auth().await.expect("reads");
+        let expected = SessionAuth {
+            bearer: true,
+            authorization: persist.then(|| Authorization::parse(&token).expect("valid")),
+        };
+        assert_eq!(stored, expected, "persistAuthorization {persist}");
+        let too_long = format!("Bearer {}", "t".repeat(8200));
+        let answer = command(
+            &o,
+            &js(&serde_json::json!({"type":"AUTH_SESSION","userId":"alice","authorization":too_long})),
+        )
+        .await;
+        assert_eq!(answer["ok"], false, "{answer}");
+        assert!(
+            answer["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("authorization must be 1 to 8192")),
+            "{answer}"
+        );
+        // A sign-out leaves no credential anywhere.
+        let answer = command(
+            &o,
+            &js(&serde_json::json!({"type":"AUTH_SESSION","userId":null})),
+        )
+        .await;
+        assert_eq!(answer["ok"], true, "{answer}");
+        assert_eq!(
+            open(&db).await.session_auth().await.expect("reads"),
+            SessionAuth::default()
+        );
+    }
 }
 
 #[wasm_bindgen_test]

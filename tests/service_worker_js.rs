@@ -120,6 +120,26 @@ fn reports_are_written_as_serde_wasm_bindgen_writes_them() {
             path: "/notes/4".into(),
             workspace: None,
             owner_id: Some("alice".into()),
+            background: true,
+        },
+        Outgoing::Settled {
+            id: RecordId(13),
+            idempotency_key: "k-13".into(),
+            owner_id: Some("alice".into()),
+            status: 201,
+            content_type: Some("application/json".into()),
+            body: Some(r#"{"id":4}"#.into()),
+        },
+        Outgoing::Settled {
+            id: RecordId(14),
+            idempotency_key: "k-14".into(),
+            owner_id: Some("alice".into()),
+            status: 204,
+            content_type: None,
+            body: None,
+        },
+        Outgoing::AuthNeeded {
+            user_id: "alice".into(),
         },
     ];
     for r in &reports {

@@ -7,12 +7,15 @@ const PROJECTS = { p1: 'Website', p2: 'Mobile app' };
 const NEEDS_ATTENTION = new Set(['outcome-unknown', 'key-reused', 'rejected', 'repeated-5xx', 'expired',
   'redirected', 'conflict', 'key-expired']);
 const REMEMBERED_USER = 'sw-outbox-demo:user';
+/** Where a bearer-mode sign-in keeps its tokens (the reference server's `--auth bearer`). */
+const TOKENS = 'sw-outbox-demo:tokens';
 
 const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
 
 const state = {
   user: null,           // {id} of the signed-in account
   csrf: null,           // the session's CSRF token, sent on every write
+  auth: null,           // bearer mode: {accessToken, refreshToken}; no cookie at all
   client: null,         // OutboxClient, once the worker controls the page
   reachable: null,      // 'online' | 'unreachable' | null (not known yet)
   tasks: { p1: [], p2: [] },
@@ -25,7 +28,7 @@ const state = {
 };
 
 /** The handle tests use; `client` is set once the page is controlled. */
-const demo = { client: null, state, lastResult: null, sessionSynced: false, api, refreshOutbox, loadData };
+const demo = { client: null, state, lastResult: null, sessionSynced: false, api, refreshOutbox, loadData, refreshTokens };
 window.demo = demo;
 
 // ---------- small DOM helpers ----------
@@ -60,6 +63,7 @@ async function api(method, path, body) {
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (isWrite && state.csrf) headers['X-CSRF-Token'] = state.csrf;
   if (isWrite && state.user && !path.startsWith('/api/auth/')) headers['X-PM-Expected-Account'] = state.user.id;
+  if (state.auth) headers.Authorization = `Bearer ${state.auth.accessToken}`;
   let res;
   try {
     res = await fetch(path, {
@@ -84,6 +88,11 @@ async function api(method, path, body) {
   try { json = text ? JSON.parse(text) : null; } catch { json = { raw: text }; }
   const offline = (res.status === 503 && json?.error === 'offline') || (res.status === 202 && json?.queued === true);
   setReachable(offline ? 'unreachable' : 'online');
+  // Bearer mode: an expired access token is refreshed and the call made once more.
+  if (res.status === 401 && json?.detail === 'token_expired' && !path.startsWith('/api/auth/') && await refreshTokens()) {
+    if (state.user) state.client?.authSession(state.user.id, authorization()).catch(() => {});
+    return api(method, path, body);
+  }
   return { status: res.status, body: json };
 }
 
@@ -102,6 +111,35 @@ function renderNet() {
   else if (state.reachable === 'online') [s, text] = ['online', 'online'];
   pill.dataset.state = s;
   pill.textContent = text;
+}
+
+// ---------- bearer tokens (the server's `--auth bearer`) ----------
+
+function setTokens(auth) {
+  state.auth = auth;
+  if (auth) localStorage.setItem(TOKENS, JSON.stringify(auth));
+  else localStorage.removeItem(TOKENS);
+}
+
+/** The `Authorization` value of the bearer session, if this is one. */
+function authorization() {
+  return state.auth ? `Bearer ${state.auth.accessToken}` : undefined;
+}
+
+/** Trades the refresh token for a new access token; whether it worked. */
+async function refreshTokens() {
+  if (!state.auth?.refreshToken) return false;
+  const r = await api('POST', '/api/auth/refresh', { refreshToken: state.auth.refreshToken });
+  if (r.status !== 200 || !r.body?.accessToken) return false;
+  setTokens({ ...state.auth, accessToken: r.body.accessToken });
+  return true;
+}
+
+/** The worker asks for a credential (AUTH_NEEDED): its token expired, or the worker
+ * restarted without it. A new access token, or null when the session is over. */
+async function getAuthorization(userId) {
+  if (!state.auth || state.user?.id !== userId) return null;
+  return (await refreshTokens()) ? authorization() : null;
 }
 
 // ---------- writes and their results ----------
@@ -203,7 +241,7 @@ async function notifyToggled(event) {
 async function syncSession() {
   if (!state.client || !state.user) return;
   try {
-    const r = await state.client.signedIn(state.user.id);
+    const r = await state.client.signedIn(state.user.id, authorization());
     demo.sessionSynced = true;
     openFocused();
     if (!r.ok) message(`Outbox: ${r.command} refused: ${r.reason}`, true);
@@ -220,6 +258,8 @@ async function signIn(event) {
   if (r.status === 200 && r.body?.user?.id) {
     form.reset();
     message('');
+    // Bearer mode answers tokens instead of setting a cookie.
+    setTokens(r.body.accessToken ? { accessToken: r.body.accessToken, refreshToken: r.body.refreshToken } : null);
     await setUser(r.body.user, r.body.csrfToken ?? null);
   } else if (r.status === 401) {
     message('Wrong account or password.', true);
@@ -246,7 +286,13 @@ async function signOutClicked() {
 }
 
 async function signOut() {
-  const r = await api('POST', '/api/auth/logout');
+  const r = state.auth
+    ? await fetch('/api/auth/logout', {
+      method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: authorization() },
+      body: JSON.stringify({ refreshToken: state.auth.refreshToken }),
+    }).then((res) => ({ status: res.status }), () => ({ status: 0 }))
+    : await api('POST', '/api/auth/logout');
+  setTokens(null);
   if (r.status !== 200) message('Signed out on this device; the server could not be told (offline).');
   else message('Signed out.');
   if (state.client) await state.client.authSession(null).catch((err) => message(err.message, true));
@@ -490,7 +536,7 @@ async function startOutbox() {
     const swConfig = new URLSearchParams(location.search).get('swconfig');
     const scriptUrl = swConfig ? `/sw.js?config=${encodeURIComponent(swConfig)}` : '/sw.js';
     // At once: the page renders while the worker installs; commands wait for it.
-    const client = await registerOutbox({ scriptUrl, persist: 'first-queued' });
+    const client = await registerOutbox({ scriptUrl, persist: 'first-queued', getAuthorization });
     state.client = demo.client = client;
     client.on('*', (m) => { if (m.type !== 'COMMAND_RESULT' && m.type !== 'QUEUE_STATE') onReport(m); });
     status.textContent = 'outbox: starting';
@@ -543,7 +589,12 @@ async function boot() {
   probeControl();
 
   const outbox = startOutbox();
-  const me = await api('GET', '/api/auth/me');
+  try { state.auth = JSON.parse(localStorage.getItem(TOKENS) ?? 'null'); } catch { state.auth = null; }
+  let me = await api('GET', '/api/auth/me');
+  if (me.status === 401 && me.body?.detail === 'token_expired' && await refreshTokens()) {
+    me = await api('GET', '/api/auth/me');
+  }
+  if (me.status === 401) setTokens(null);
   if (me.status === 200 && me.body?.user?.id) {
     await setUser(me.body.user, me.body.csrfToken ?? null);
   } else if (me.status === 401) {

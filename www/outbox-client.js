@@ -38,7 +38,7 @@
  */
 export const REPORT_TYPES = Object.freeze([
   'MUTATIONS_BLOCKED', 'MUTATIONS_REPLAYED', 'MUTATIONS_PARTIAL', 'MUTATION_QUEUED',
-  'SHOW_RECORD',
+  'SHOW_RECORD', 'MUTATION_SETTLED', 'AUTH_NEEDED',
 ]);
 
 /** Answer types the worker sends only to the client that asked (contract 6). */
@@ -106,9 +106,23 @@ export class OutboxClient {
    *   budget (25 s) plus one attempt's timeout.
    * @param {'never' | 'first-queued' | 'now'} [options.persist='never'] when to ask for
    *   persistent storage ({@link registerOutbox}); `'now'` is asked by `track`
+   * @param {AuthorizationProvider} [options.getAuthorization] see {@link registerOutbox}
    */
-  constructor({ commandTimeoutMs = 60000, persist = 'never' } = {}) {
+  constructor({ commandTimeoutMs = 60000, persist = 'never', getAuthorization } = {}) {
     this.commandTimeoutMs = commandTimeoutMs;
+    /**
+     * A bearer app's token provider, asked on AUTH_NEEDED.
+     * @private
+     * @type {AuthorizationProvider | undefined}
+     */
+    this.getAuthorization = getAuthorization;
+    /**
+     * The answer to the AUTH_NEEDED being handled, by account: one provider call at a
+     * time per account, however many reports ask.
+     * @private
+     * @type {Map<string, Promise<void>>}
+     */
+    this.authorizing = new Map();
     /**
      * Commands waiting for their answer, by requestId, in the order they were sent,
      * with what `onControllerChange` needs to send one again.
@@ -237,6 +251,7 @@ export class OutboxClient {
     const data = event.data;
     if (!data || typeof data !== 'object' || typeof data.type !== 'string') return;
     this.keepRetrying(data.type);
+    if (data.type === 'AUTH_NEEDED' && typeof data.userId === 'string') this.authorize(data.userId);
     if (data.type === 'MUTATION_QUEUED' && this.persistWhen === 'first-queued') this.persist();
     if (ANSWER_TYPES.has(data.type) && data.requestId != null) {
       const p = this.pending.get(String(data.requestId));
@@ -436,12 +451,42 @@ export class OutboxClient {
   }
 
   /**
-   * Tells the worker who is signed in (null: nobody). Later writes are bound to it.
+   * The worker asked for a credential of `userId` (AUTH_NEEDED: the server refused the
+   * one it had, or a restarted worker holds none): the `getAuthorization` option is
+   * called, and what it resolves with is sent as AUTH_SESSION's `authorization`, after
+   * which the worker resumes delivery. Nothing is sent when there is no provider, or it
+   * resolves with nothing (the person must sign in again), or throws. One call at a
+   * time per account.
+   * @private
+   * @param {string} userId
+   */
+  authorize(userId) {
+    const provider = this.getAuthorization;
+    if (!provider || this.authorizing.has(userId)) return;
+    const done = (async () => {
+      const authorization = await provider(userId);
+      if (typeof authorization !== 'string' || !authorization) return;
+      await this.send({ type: 'AUTH_SESSION', userId, authorization });
+    })().catch((err) => console.warn('outbox: getAuthorization failed', err))
+      .finally(() => this.authorizing.delete(userId));
+    this.authorizing.set(userId, done);
+  }
+
+  /**
+   * Tells the worker who is signed in (null: nobody). Later writes are bound to it. An
+   * app that authenticates with a token instead of a cookie passes it as
+   * `authorization` (`'Bearer …'`): the worker's identity checks and that account's
+   * replays carry it (it is never stored with a queued write), until the next
+   * AUTH_SESSION replaces it or a sign-out deletes it.
    * @param {string|null} userId
+   * @param {string} [authorization] the `Authorization` header value of `userId`'s session
    * @returns {Promise<CommandResult>}
    */
-  authSession(userId) {
-    return this.send({ type: 'AUTH_SESSION', userId: userId ?? null });
+  authSession(userId, authorization) {
+    /** @type {import('./outbox-protocol.js').AuthSessionCommand} */
+    const message = { type: 'AUTH_SESSION', userId: userId ?? null };
+    if (authorization !== undefined) message.authorization = authorization;
+    return this.send(message);
   }
 
   /**
@@ -562,11 +607,13 @@ export class OutboxClient {
    * Sign-in (or signed-in page load) in one step: AUTH_SESSION, then FLUSH_QUEUE so work
    * queued earlier by this account goes out now (contract 7).
    * @param {string} userId
+   * @param {string} [authorization] a bearer app's `Authorization` value (see
+   *   {@link OutboxClient.authSession})
    * @returns {Promise<CommandResult>} the flush's answer, or the AUTH_SESSION answer if
    *   that was refused (then no flush is asked for)
    */
-  async signedIn(userId) {
-    const session = await this.authSession(userId);
+  async signedIn(userId, authorization) {
+    const session = await this.authSession(userId, authorization);
     if (!session.ok) return session;
     return this.flush();
   }
@@ -729,6 +776,15 @@ export class OutboxClient {
 }
 
 /**
+ * A bearer app's token provider: resolves with the `Authorization` header value of
+ * `userId`'s session (`'Bearer …'`, refreshed if it must be), or with null when it
+ * cannot (the person must sign in again).
+ * @callback AuthorizationProvider
+ * @param {string} userId the account the worker asks a credential for
+ * @returns {Promise<string | null | undefined> | string | null | undefined}
+ */
+
+/**
  * Resolves when `check()` holds, re-checking on the given events; rejects when it throws,
  * or after `timeoutMs` with `what()`.
  * @param {() => boolean} check
@@ -779,10 +835,17 @@ function waitUntil(check, targets, timeoutMs, what) {
  * @param {'never' | 'first-queued' | 'now'} [options.persist='never'] when to ask for
  *   persistent storage: never (the site calls `client.persist()` itself, e.g. from a
  *   click), on the first write the worker queues, or now
+ * @param {AuthorizationProvider} [options.getAuthorization] for an app that authenticates
+ *   with a token instead of a cookie: called when the worker asks for a credential
+ *   (AUTH_NEEDED: the server answered 401 to the one it had, or a restarted worker holds
+ *   none), e.g. `async (userId) => 'Bearer ' + (await refreshToken()).accessToken`; its
+ *   result is sent as AUTH_SESSION's `authorization`, and delivery resumes. Give the
+ *   token at sign-in too: `signedIn(userId, 'Bearer …')`.
  * @returns {Promise<OutboxClient>}
  */
 export async function registerOutbox({
   scriptUrl = '/sw.js', scope = '/', timeoutMs = 60000, commandTimeoutMs = 60000, persist = 'never',
+  getAuthorization,
 } = {}) {
   if (!('serviceWorker' in navigator)) {
     throw new Error('outbox: service workers are not available (insecure origin or unsupported browser)');
@@ -790,7 +853,7 @@ export async function registerOutbox({
   if (!['never', 'first-queued', 'now'].includes(persist)) {
     throw new Error(`outbox: persist must be 'never', 'first-queued' or 'now', not ${JSON.stringify(persist)}`);
   }
-  const client = new OutboxClient({ commandTimeoutMs, persist });
+  const client = new OutboxClient({ commandTimeoutMs, persist, getAuthorization });
   client.attach(); // before register, so no early report is missed
   client.track(navigator.serviceWorker.register(scriptUrl, { scope }), { scriptUrl, timeoutMs });
   return client;

@@ -71,6 +71,14 @@ export interface OutboxConfig {
   offlineProbeMs?: number;
   /** The page's headers stored with a record and sent on its replays (never Cookie, Authorization, the CSRF header, hop-by-hop headers). */
   replayHeaders?: string[];
+  /** Statuses (400–599) that queue a first attempt like a network failure (202), unless the
+   * answer carries `Idempotent-Replayed: true`. Default `[502, 503, 504]`; `[]`: every
+   * answer passes through. */
+  queueStatuses?: number[];
+  /** Whether AUTH_SESSION's `authorization` is kept in IndexedDB across worker restarts.
+   * Default false: in memory only, and a restarted worker asks for it (AUTH_NEEDED)
+   * before it replays. */
+  persistAuthorization?: boolean;
 }
 
 declare global {
@@ -128,6 +136,12 @@ interface CommandBase {
 export interface AuthSessionCommand extends CommandBase {
   type: 'AUTH_SESSION';
   userId: string | null;
+  /** An app that authenticates with a token: the `Authorization` header value
+   * (`'Bearer …'`) its identity checks and this account's replays carry. Held for the
+   * session (never stored with a write), replaced by the next AUTH_SESSION, deleted by a
+   * sign-out and CLEAR_DEVICE; kept across worker restarts only with
+   * `persistAuthorization`. Only with a userId. */
+  authorization?: string | null;
 }
 
 /** Run a flush; answered after it with `affected` = records replayed. */
@@ -338,6 +352,32 @@ export interface MutationQueued {
   path: string;
   workspace: string | null;
   ownerId: string | null;
+  /** Whether it can be delivered while no page of the site is open (Background Sync was
+   * registered for it); false: "will be sent next time you open the app". */
+  background: boolean;
+}
+
+/** A replayed write the server answered 2xx; sent to the windows of its account only. */
+export interface MutationSettled {
+  type: 'MUTATION_SETTLED';
+  id: RecordId;
+  idempotencyKey: string;
+  ownerId: string | null;
+  /** The server's status (a ledger's stored one when it replayed only the status). */
+  status: number;
+  /** With `body`: the answer's Content-Type. */
+  contentType?: string;
+  /** The answer's text (the created entity, its server id) when it is text or JSON of
+   * at most 64 KiB read within the attempt's timeout; absent otherwise. */
+  body?: string;
+}
+
+/** The server refused the credential of `userId`'s session (a 401 to it), or a restarted
+ * worker does not hold it: send AUTH_SESSION with a fresh `authorization` (the page
+ * helper's `getAuthorization` option does), and delivery resumes. */
+export interface AuthNeeded {
+  type: 'AUTH_NEEDED';
+  userId: string;
 }
 
 /** A delivery notification was clicked while a window of the app was open: show this record (the app's recovery view). */
@@ -346,7 +386,14 @@ export interface ShowRecord {
   id: RecordId;
 }
 
-export type Report = MutationsBlocked | MutationsReplayed | MutationsPartial | MutationQueued | ShowRecord;
+export type Report =
+  | MutationsBlocked
+  | MutationsReplayed
+  | MutationsPartial
+  | MutationQueued
+  | MutationSettled
+  | AuthNeeded
+  | ShowRecord;
 export type ReportType = Report['type'];
 
 /** Anything the worker posts to a page. */
@@ -360,6 +407,8 @@ export interface QueuedResponseBody {
   id: RecordId;
   idempotencyKey: string;
   message: string;
+  /** Whether it can be delivered while no page of the site is open (Background Sync). */
+  background: boolean;
 }
 
 /** 503 (storage failure), 413 (body over maxBodyBytes), 507 (queue full), 400 (bad page key). */

@@ -16,7 +16,7 @@
 
 use crate::auth::{self, CurrentSession};
 use crate::client::ClientPolicy;
-use crate::config::{Config, Mode};
+use crate::config::{AuthMode, Config, Mode};
 use crate::control::{self, Control, RequestEntry};
 use crate::faults::{Fault, Injected};
 use crate::http_util::{
@@ -57,6 +57,10 @@ pub struct App {
     pub https_origin: bool,
     pub session_life: SessionLife,
     pub session_max: Duration,
+    /// Cookie sessions or bearer tokens (`--auth`).
+    pub auth: AuthMode,
+    /// Bearer mode: how long an access token lives.
+    pub token_ttl: Duration,
     pub login_throttle: Arc<LoginThrottle>,
     /// Who a request comes from (the peer, or the client a trusted proxy names).
     pub clients: Arc<ClientPolicy>,
@@ -106,6 +110,8 @@ impl App {
                 max_ms: ms(config.session_max),
             },
             session_max: config.session_max,
+            auth: config.auth,
+            token_ttl: config.token_ttl,
             login_throttle: Arc::new(LoginThrottle::new(config.login_throttle)),
             clients: Arc::new(ClientPolicy::new(
                 config.trusted_proxies.clone(),
@@ -175,6 +181,7 @@ pub fn router(app: App, www: &Path) -> Router {
         .route("/api/auth/login", post(auth::login))
         .route("/api/auth/logout", post(auth::logout))
         .route("/api/auth/me", get(auth::me))
+        .route("/api/auth/refresh", post(auth::refresh))
         .route(
             "/api/projects/{pid}/tasks",
             get(routes::list_tasks).post(routes::create_task),
@@ -281,8 +288,11 @@ async fn pipeline(State(app): State<App>, mut req: Request, next: Next) -> Respo
         .unwrap_or_else(|| path.clone());
     let headers = req.headers();
     let key = header_str(headers, "idempotency-key");
-    let session = match auth::lookup(&app.store, headers, app.session_life) {
-        Ok(s) => s,
+    let auth::Resolved {
+        session,
+        token_expired,
+    } = match auth::resolve(&app, headers) {
+        Ok(r) => r,
         Err(e) => return storage_error(e),
     };
     let seq = app.control.log_request(RequestEntry {
@@ -332,7 +342,7 @@ async fn pipeline(State(app): State<App>, mut req: Request, next: Next) -> Respo
         None => {}
     }
 
-    if let Err(resp) = admit(&app, &req, session.as_ref(), &method) {
+    if let Err(resp) = admit(&app, &req, session.as_ref(), &method, token_expired) {
         return finish(&app, seq, resp);
     }
     if req
@@ -345,6 +355,9 @@ async fn pipeline(State(app): State<App>, mut req: Request, next: Next) -> Respo
         return finish(&app, seq, resp);
     }
     req.extensions_mut().insert(CurrentSession(session));
+    if token_expired {
+        req.extensions_mut().insert(auth::TokenExpired);
+    }
     req.extensions_mut().insert(WriteMeta {
         method: method.to_string(),
         path: path_q,
@@ -363,7 +376,13 @@ fn admit(
     req: &Request,
     session: Option<&crate::store::Session>,
     method: &Method,
+    token_expired: bool,
 ) -> Result<(), Response> {
+    // Bearer mode: an expired access token is refused as such on every API route but the
+    // auth routes (a refresh, a sign-out), reads included, so a client knows to refresh.
+    if token_expired && !is_auth_route(req.uri().path()) {
+        return Err(auth::unauthorized(app.auth, true));
+    }
     if !is_write(method) {
         return Ok(());
     }
@@ -373,7 +392,7 @@ fn admit(
     if is_auth_route(req.uri().path()) {
         return Ok(());
     }
-    auth::check_write(session, req.headers())?;
+    auth::check_write(session, req.headers(), app.auth, token_expired)?;
     if let Some(s) = session {
         if let Err(wait) = app.write_budget.take(&s.sid, Instant::now()) {
             return Err(too_many("write_budget_exceeded", wait));

@@ -1,7 +1,7 @@
 //! The command line (flags as in docs/SERVER-API.md).
 
 use crate::client::{parse_net, ForwardedHeader};
-use crate::config::{parse_duration, parse_rate, Config, Mode};
+use crate::config::{parse_duration, parse_rate, AuthMode, Config, Mode};
 use sw_outbox_idempotency::{KeyRule, TableName};
 
 pub const USAGE: &str = "usage: sw-outbox-server [--port N] [--host ADDR] [--www DIR] \
@@ -9,7 +9,7 @@ pub const USAGE: &str = "usage: sw-outbox-server [--port N] [--host ADDR] [--www
 [--mode prod|demo|test] [--key-ttl DUR] [--strict-keys] [--in-progress-wait DUR] \
 [--in-progress-poll DUR] [--heartbeat DUR] [--stale-after DUR] [--ledger-max-rows N] \
 [--ledger-max-rows-per-account N] [--ledger-lock-wait DUR] \
-[--origin URL]... [--session-idle DUR] [--session-max DUR] [--login-throttle N/DUR] \
+[--origin URL]... [--auth cookie|bearer] [--token-ttl DUR] [--session-idle DUR] [--session-max DUR] [--login-throttle N/DUR] \
 [--trusted-proxy IP|CIDR]... [--client-ip-header x-forwarded-for|forwarded] \
 [--write-budget N/DUR] [--request-log N] [--header-timeout DUR] [--body-timeout DUR]   \
 (DUR: 250ms, 90s, 10m, 24h, 7d, or milliseconds)";
@@ -83,6 +83,11 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
             }
             "--ledger-lock-wait" => c.ledger_lock_wait = dur(&v)?,
             "--origin" => c.origins.push(normalize_origin(&v)?),
+            "--auth" => {
+                c.auth =
+                    AuthMode::parse(&v).ok_or_else(|| format!("--auth {v}: cookie or bearer"))?
+            }
+            "--token-ttl" => c.token_ttl = dur(&v)?,
             "--session-idle" => c.session_idle = dur(&v)?,
             "--session-max" => c.session_max = dur(&v)?,
             "--login-throttle" => c.login_throttle = rate(&v)?,
@@ -106,6 +111,9 @@ pub fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Config, Stri
     c.idempotency = idem.build().map_err(|e| e.to_string())?;
     if c.session_idle.is_zero() || c.session_max.is_zero() {
         return Err("--session-idle and --session-max must be above zero".into());
+    }
+    if c.token_ttl.is_zero() {
+        return Err("--token-ttl must be above zero".into());
     }
     if c.header_read_timeout.is_zero() || c.body_read_timeout.is_zero() {
         return Err("--header-timeout and --body-timeout must be above zero".into());
@@ -197,6 +205,12 @@ mod tests {
         assert_eq!(c.session_idle, Duration::from_secs(1800));
         assert_eq!(c.login_throttle.count, 3);
         assert_eq!(c.write_budget.per, Duration::from_secs(10));
+        assert_eq!(c.auth, AuthMode::Cookie, "cookie sessions by default");
+        let b = parse(&["--auth", "bearer", "--token-ttl", "90s"]).expect("parses");
+        assert_eq!(
+            (b.auth, b.token_ttl),
+            (AuthMode::Bearer, Duration::from_secs(90))
+        );
     }
 
     #[test]
@@ -250,6 +264,8 @@ mod tests {
             &["--client-ip-header", "x-real-ip"],
             &["--request-log", "-1"],
             &["--header-timeout", "0s"],
+            &["--auth", "token"],
+            &["--token-ttl", "0s"],
         ] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

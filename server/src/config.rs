@@ -36,6 +36,28 @@ impl Mode {
     }
 }
 
+/// How pages authenticate (`--auth`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AuthMode {
+    /// A session cookie (`HttpOnly`, `SameSite=Strict`) and a CSRF token on every write.
+    Cookie,
+    /// `Authorization: Bearer <access token>`, no cookie at all: sign-in answers an
+    /// access token that expires after `token_ttl` and a refresh token
+    /// (`POST /api/auth/refresh`) that lives as a session does. No CSRF token: a page
+    /// of another site cannot make the browser send the header.
+    Bearer,
+}
+
+impl AuthMode {
+    pub fn parse(s: &str) -> Option<AuthMode> {
+        match s {
+            "cookie" => Some(AuthMode::Cookie),
+            "bearer" => Some(AuthMode::Bearer),
+            _ => None,
+        }
+    }
+}
+
 /// At most `count` events per `per` (a sliding window for the login throttle, a token
 /// bucket of that size and refill for the write budget).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +95,10 @@ pub struct Config {
     /// the control routes. Empty: the origin the request's `Host` names (and, for the
     /// control routes, only a loopback or bound-address host).
     pub origins: Vec<String>,
+    /// Cookie sessions, or bearer tokens (`--auth`).
+    pub auth: AuthMode,
+    /// How long an access token lives in bearer mode (`--token-ttl`).
+    pub token_ttl: Duration,
     /// A session not used for this long is over.
     pub session_idle: Duration,
     /// A session is over this long after sign-in, used or not.
@@ -128,6 +154,8 @@ impl Config {
             max_request_body: 2 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(2),
             origins: Vec::new(),
+            auth: AuthMode::Cookie,
+            token_ttl: Duration::from_secs(15 * 60),
             session_idle: Duration::from_secs(24 * 60 * 60),
             session_max: Duration::from_secs(7 * 24 * 60 * 60),
             login_throttle: Rate {

@@ -1,5 +1,6 @@
 //! The `/__control/` routes (demo and test modes only) and the state they drive: the
-//! network switch, the fault rules and the requests log. The `applied` log lives in the
+//! network switch, the fault rules, the requests log, and (bearer mode) expiring every
+//! access token at once. The `applied` log lives in the
 //! store, written in the same transaction as the data change it describes.
 
 use crate::app::App;
@@ -118,6 +119,7 @@ pub fn router(app: App) -> Router<App> {
         .route("/__control/applied", get(applied))
         .route("/__control/requests", get(requests))
         .route("/__control/reset", post(reset))
+        .route("/__control/expire-tokens", post(expire_tokens))
         .route(
             "/__control/{*rest}",
             any(|| async { detail(StatusCode::NOT_FOUND, "not_found") }),
@@ -210,6 +212,15 @@ async fn requests(State(app): State<App>) -> Response {
         StatusCode::OK,
         json!({ "requests": requests, "dropped": dropped }),
     )
+}
+
+/// Bearer mode: every access token expires now, as after `--token-ttl` (refresh tokens
+/// stay valid). Answers how many were live.
+async fn expire_tokens(State(app): State<App>) -> Response {
+    match app.store.expire_access_tokens(crate::http_util::now_ms()) {
+        Ok(n) => json_response(StatusCode::OK, json!({ "expired": n })),
+        Err(e) => storage_error(e),
+    }
 }
 
 async fn reset(State(app): State<App>) -> Response {

@@ -8,7 +8,8 @@
 //! user of it, plus the security duties a real app has (see docs/SERVER-API.md).
 //!
 //! Layout: [`config`] and [`cli`] (flags and their defaults), [`store`] (SQLite: demo
-//! data, sessions, the applied log), [`auth`] (sessions, CSRF, login throttle),
+//! data, sessions, the applied log), [`auth`] (sessions, CSRF, login throttle, bearer
+//! tokens),
 //! [`client`] (who a request comes from, behind trusted proxies),
 //! [`security`] (the Origin check, https detection), [`limits`] (throttle and write budget
 //! counters), [`conditional`] (`If-Match`), [`routes`] (demo data), [`faults`] and
@@ -37,5 +38,5 @@ pub mod serve;
 pub mod static_files;
 pub mod store;
 
-pub use config::{Config, Mode, Rate};
+pub use config::{AuthMode, Config, Mode, Rate};
 pub use serve::{spawn, RunningServer};

@@ -112,6 +112,10 @@ async fn prune_loop(app: App, every: Duration) {
         if let Err(e) = app.store.prune_sessions(now_ms(), app.session_life) {
             eprintln!("sw-outbox-server: pruning sessions failed: {e}");
         }
+        let grace = i64::try_from(app.token_ttl.as_millis()).unwrap_or(i64::MAX);
+        if let Err(e) = app.store.prune_access_tokens(now_ms(), grace) {
+            eprintln!("sw-outbox-server: pruning access tokens failed: {e}");
+        }
         let now = Instant::now();
         app.login_throttle.prune(now);
         app.write_budget.prune(now);

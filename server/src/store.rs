@@ -53,6 +53,17 @@ pub struct Session {
     pub seen_ms: i64,
 }
 
+/// An access token as the store knows it (bearer mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AccessToken {
+    /// Valid: issued by session `sid` (which must still be live itself).
+    Live { sid: String },
+    /// Past its time: refresh it.
+    Expired,
+    /// Never issued here, revoked by a sign-out, or long expired.
+    Unknown,
+}
+
 /// How long sessions live (see `Config::session_idle`, `Config::session_max`).
 #[derive(Clone, Copy, Debug)]
 pub struct SessionLife {
@@ -153,6 +164,13 @@ CREATE TABLE IF NOT EXISTS sessions (
     created_ms INTEGER NOT NULL DEFAULT 0,
     seen_ms INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS access_tokens (
+    token TEXT PRIMARY KEY,
+    sid TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS access_tokens_sid ON access_tokens (sid);
 CREATE TABLE IF NOT EXISTS tasks (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     owner TEXT NOT NULL,
@@ -294,11 +312,64 @@ impl Store {
         )
     }
 
+    /// Deletes a session and every access token it issued (bearer mode).
     pub fn delete_session(&self, sid: &str) -> Result<(), StoreError> {
-        self.db
-            .lock()
-            .execute("DELETE FROM sessions WHERE sid = ?1", params![sid])?;
+        let conn = self.db.lock();
+        conn.execute("DELETE FROM sessions WHERE sid = ?1", params![sid])?;
+        conn.execute("DELETE FROM access_tokens WHERE sid = ?1", params![sid])?;
         Ok(())
+    }
+
+    /// Records an access token of session `sid` (bearer mode), valid until `expires_ms`.
+    pub fn create_access_token(
+        &self,
+        token: &str,
+        sid: &str,
+        user: &str,
+        expires_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.db.lock().execute(
+            "INSERT INTO access_tokens (token, sid, user_id, expires_ms) VALUES (?1, ?2, ?3, ?4)",
+            params![token, sid, user, expires_ms],
+        )?;
+        Ok(())
+    }
+
+    /// What an access token is now: the session that issued it while it lives.
+    pub fn access_token(&self, token: &str, now_ms: i64) -> Result<AccessToken, StoreError> {
+        let found: Option<(String, i64)> = self
+            .db
+            .lock()
+            .query_row(
+                "SELECT sid, expires_ms FROM access_tokens WHERE token = ?1",
+                params![token],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()?;
+        Ok(match found {
+            None => AccessToken::Unknown,
+            Some((_, expires)) if now_ms >= expires => AccessToken::Expired,
+            Some((sid, _)) => AccessToken::Live { sid },
+        })
+    }
+
+    /// Makes every access token expired now (the control route `expire-tokens`): the next
+    /// request with one gets 401 `token_expired`, as after `--token-ttl`.
+    pub fn expire_access_tokens(&self, now_ms: i64) -> Result<usize, StoreError> {
+        self.db.lock().execute(
+            "UPDATE access_tokens SET expires_ms = ?1 WHERE expires_ms > ?1",
+            params![now_ms],
+        )
+    }
+
+    /// Deletes access tokens expired for longer than `grace_ms` (kept that long so a late
+    /// request is told `token_expired`, not "unknown"), and those of sessions that ended.
+    pub fn prune_access_tokens(&self, now_ms: i64, grace_ms: i64) -> Result<usize, StoreError> {
+        self.db.lock().execute(
+            "DELETE FROM access_tokens WHERE expires_ms <= ?1 - ?2
+                 OR sid NOT IN (SELECT sid FROM sessions)",
+            params![now_ms, grace_ms],
+        )
     }
 
     pub fn create_task(
@@ -484,6 +555,7 @@ impl Store {
         self.db.lock().execute_batch(
             "BEGIN;
              DELETE FROM tasks; DELETE FROM notes; DELETE FROM applied; DELETE FROM sessions;
+             DELETE FROM access_tokens;
              DELETE FROM sqlite_sequence WHERE name IN ('tasks', 'notes', 'applied');
              COMMIT;",
         )

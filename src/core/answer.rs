@@ -257,7 +257,10 @@ fn is_key_misuse(a: &ReplayAnswer<'_>) -> bool {
 /// The reference ledger's 409 `idempotency_replay_unavailable`: the first attempt
 /// finished, but its answer was too large to store, so only its `status` is given back.
 /// That status decides as the answer itself would have.
-fn replay_unavailable_status(a: &ReplayAnswer<'_>) -> Option<u16> {
+/// The status a ledger stored for an answer it could not replay whole (409
+/// `idempotency_replay_unavailable` with `status`): the outcome of the write, which a
+/// 2xx settles (r3: `MUTATION_SETTLED` carries that status, with no body).
+pub fn replay_unavailable_status(a: &ReplayAnswer<'_>) -> Option<u16> {
     if a.status != 409 || !has_code(a.body, REPLAY_UNAVAILABLE) {
         return None;
     }

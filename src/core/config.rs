@@ -51,6 +51,13 @@ pub struct Config {
     /// (contract 4.4, r2); credentials, the CSRF header and hop-by-hop headers never are
     /// ([`Config::stores_header`]).
     pub replay_headers: Vec<String>,
+    /// Statuses that queue a first attempt as a network failure would (contract 2.3,
+    /// r3): a gateway whose application is down. `[]`: every answer passes through.
+    pub queue_statuses: Vec<u16>,
+    /// Whether `AUTH_SESSION`'s `authorization` is kept in IndexedDB across worker
+    /// restarts (contract 6, r3); `false`: in memory only, and a restarted worker asks
+    /// for it (`AUTH_NEEDED`) before it replays.
+    pub persist_authorization: bool,
     /// App-shell URLs cached at install (section 9).
     pub precache: Vec<String>,
     /// The precached URL answered for navigations that fail (section 9); `None`: the
@@ -89,6 +96,8 @@ impl Default for Config {
             max_retry_after_ms: 60 * 60 * 1000,
             offline_probe_ms: 2000,
             replay_headers: DEFAULT_REPLAY_HEADERS.iter().map(|h| (*h).into()).collect(),
+            queue_statuses: DEFAULT_QUEUE_STATUSES.to_vec(),
+            persist_authorization: false,
             precache: Vec::new(),
             shell_url: None,
             notification_url: "/".into(),
@@ -125,6 +134,11 @@ pub const DEFAULT_REPLAY_HEADERS: [&str; 7] = [
     "Accept-Language",
     "Content-Language",
 ];
+
+/// A gateway's answers while the application behind it is down or restarting (contract
+/// 2.3, r3): a first attempt answered so is queued, its key making the replay safe
+/// whether or not the request reached the application.
+pub const DEFAULT_QUEUE_STATUSES: [u16; 3] = [502, 503, 504];
 
 /// Headers never stored with a record, whatever `replayHeaders` lists: credentials (the
 /// browser adds the cookie of the moment, and a stored token would outlive a sign-out),
@@ -229,6 +243,14 @@ impl Config {
         if self.replay_headers.iter().any(|h| !is_header_name(h)) {
             return bad("replayHeaders", "must list HTTP header names");
         }
+        if self.queue_statuses.len() > MAX_QUEUE_STATUSES
+            || self.queue_statuses.iter().any(|s| !(400..=599).contains(s))
+        {
+            return bad(
+                "queueStatuses",
+                "must list at most 200 HTTP error statuses (400 to 599)",
+            );
+        }
         if self.never_queue_pattern.as_deref() == Some("") {
             return bad(
                 "neverQueuePattern",
@@ -260,6 +282,14 @@ impl Config {
                 .any(|h| h.eq_ignore_ascii_case(name))
     }
 
+    /// Whether a first attempt answered `status` is queued as a network failure would be
+    /// (contract 2.3, r3): a status in `queueStatuses`, unless the answer says the
+    /// server's ledger stored it (`Idempotent-Replayed: true`): then it is the answer to
+    /// this key, every resend would get it again, and the page gets it as it is.
+    pub fn queues_answer(&self, status: u16, replayed: bool) -> bool {
+        !replayed && self.queue_statuses.contains(&status)
+    }
+
     /// The API base without its trailing slash (`/api`): record paths are relative to it.
     pub fn api_base(&self) -> &str {
         self.api_prefix.trim_end_matches('/')
@@ -270,6 +300,8 @@ impl Config {
 const MAX_BODY_BYTES: u64 = 256 * 1024 * 1024;
 /// A queue scan is linear in the records; a million is far past any device's use.
 const MAX_RECORDS: u64 = 1_000_000;
+/// Every error status fits; a longer list is a mistake.
+const MAX_QUEUE_STATUSES: usize = 200;
 
 fn in_range(v: impl Into<u64>, lo: u64, hi: u64) -> bool {
     (lo..=hi).contains(&v.into())
@@ -300,10 +332,31 @@ mod tests {
         assert_eq!(c.max_retry_after_ms, 3_600_000);
         assert_eq!(c.never_queue_pattern, None);
         assert_eq!(c.replay_headers.len(), 7);
+        assert_eq!(c.queue_statuses, [502, 503, 504]);
+        assert!(!c.persist_authorization);
         assert!(
             c.skip_waiting,
             "a new version takes over at once, as before r3"
         );
+    }
+
+    #[test]
+    fn a_gateways_answer_queues_unless_the_ledger_stored_it() {
+        let c = Config::default();
+        for s in [502, 503, 504] {
+            assert!(c.queues_answer(s, false), "{s}");
+            assert!(!c.queues_answer(s, true), "{s} replayed by the ledger");
+        }
+        for s in [200, 201, 400, 401, 409, 422, 500, 501] {
+            assert!(!c.queues_answer(s, false), "{s}");
+        }
+        let none: Config = serde_json::from_str(r#"{"queueStatuses":[]}"#).expect("parses");
+        let none = none.validate().expect("[] is valid");
+        assert!(!none.queues_answer(502, false), "[] restores pass-through");
+        let more: Config = serde_json::from_str(r#"{"queueStatuses":[500,429]}"#).expect("parses");
+        let more = more.validate().expect("valid");
+        assert!(more.queues_answer(429, false) && more.queues_answer(500, false));
+        assert!(!more.queues_answer(502, false));
     }
 
     #[test]
@@ -373,6 +426,9 @@ mod tests {
         refused(r#"{"replayHeaders":["If Match"]}"#, "replayHeaders");
         refused(r#"{"neverQueuePattern":""}"#, "neverQueuePattern");
         refused(r#"{"build":""}"#, "build");
+        refused(r#"{"queueStatuses":[201]}"#, "queueStatuses");
+        refused(r#"{"queueStatuses":[600]}"#, "queueStatuses");
+        refused(r#"{"queueStatuses":[302]}"#, "queueStatuses");
         for ok in [
             r#"{"attemptTimeoutMs":2147483647}"#,
             r#"{"maxRetryAfterMs":1}"#,

@@ -77,8 +77,10 @@ pub struct SyntheticAnswer {
 }
 
 impl SyntheticAnswer {
-    /// The 202 a page gets once its write is committed to IndexedDB.
-    pub fn queued(id: RecordId, key: &IdempotencyKey) -> Self {
+    /// The 202 a page gets once its write is committed to IndexedDB. `background`:
+    /// Background Sync was registered for it, so it can be delivered while no page of
+    /// the site is open (r3).
+    pub fn queued(id: RecordId, key: &IdempotencyKey, background: bool) -> Self {
         SyntheticAnswer {
             status: 202,
             body: object(vec![
@@ -89,6 +91,7 @@ impl SyntheticAnswer {
                     "message",
                     "Request queued for when you are back online".into(),
                 ),
+                ("background", Value::Bool(background)),
             ]),
         }
     }
@@ -201,8 +204,13 @@ mod tests {
     #[test]
     fn synthetic_answers_have_the_contracts_shape() {
         let key = IdempotencyKey::parse("abcdefghijklmnopqrstuvwxyz").expect("valid");
-        let a = SyntheticAnswer::queued(RecordId(7), &key);
+        let a = SyntheticAnswer::queued(RecordId(7), &key, true);
         assert_eq!(a.status, 202);
+        assert_eq!(a.body["background"], true);
+        assert_eq!(
+            SyntheticAnswer::queued(RecordId(7), &key, false).body["background"],
+            false
+        );
         assert_eq!(a.body["queued"], true);
         assert_eq!(a.body["id"], 7);
         assert_eq!(a.body["idempotencyKey"], key.as_str());

@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod barrier;
 pub mod config;
 pub mod content;
+pub mod credential;
 pub mod delivery;
 pub mod first_attempt;
 pub mod identity;

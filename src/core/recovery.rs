@@ -51,6 +51,15 @@ pub enum RecoveryRefused {
     NoRandomness,
     #[error("record {0} is corrupt: it can only be discarded")]
     CorruptOnlyDiscard(RecordId),
+    /// An edit of a `queued` record that has a first send: its old version may have
+    /// reached the server, and the edit re-keys it, so both could be applied (r3). The
+    /// reason is the contract's code, exactly.
+    #[error("may-have-been-applied")]
+    MayHaveBeenApplied(RecordId),
+    /// A record of no known owner is read or discarded, never retried or edited: that
+    /// would send it, which adoption (`REBIND_RECORDS`) is for.
+    #[error("record {0} has no known owner: adopt it first to send it again")]
+    UnknownOwner(RecordId),
     #[error("the new body is {len} bytes, over the outbox's limit of {max}")]
     TooLarge { len: usize, max: u32 },
 }
@@ -73,10 +82,33 @@ pub enum Found<'a> {
     Record(&'a RecordMeta),
 }
 
+/// Whether `owner` (verified) may read a record owned by `record_owner` (`READ_RECORD`):
+/// its own, or one of no known owner (r3: a person can copy it and drop it without ever
+/// sending it, instead of adopting it).
+pub fn readable_by(record_owner: Option<&str>, owner: &str) -> bool {
+    record_owner.is_none_or(|o| o == owner)
+}
+
+/// Whether a command may stand on the persisted session when `authMePath` cannot be
+/// reached (a network failure, or no answer in time; any HTTP answer is the authority):
+/// `READ_RECORD` (`action` `None`), `edit` and `discard` change or reveal nothing on the
+/// server, so a person can read, fix and cancel their own writes while offline (r3);
+/// `retry-new` (and adoption) send the write, so they wait for the server to say who
+/// is signed in. `persisted` is the account of the last `AUTH_SESSION`.
+pub fn checked_offline(
+    action: Option<RecoverAction>,
+    persisted: Option<&str>,
+    owner: &str,
+) -> bool {
+    let works_offline = !matches!(action, Some(RecoverAction::RetryNew));
+    works_offline && persisted == Some(owner)
+}
+
 /// Decides a `RECOVER_RECORD` for what was found under `id`. A retry
 /// is a new write as far as retention goes: its `timestamp` becomes `now_ms`, so an
 /// expired record retried is not expired again at once. Its place in the queue (its id)
-/// is kept.
+/// is kept. A discard takes the owner's record in either state (r3: discarding a
+/// `queued` one cancels a write not yet delivered) and a record of no known owner.
 pub fn recover(
     id: RecordId,
     found: Found<'_>,
@@ -93,8 +125,14 @@ pub fn recover(
         }
         (Found::Record(r), _) => r,
     };
-    if r.owner.as_deref() != Some(owner) {
+    if !readable_by(r.owner.as_deref(), owner) {
         return Err(RecoveryRefused::NotOwner(id));
+    }
+    if action == RecoverAction::Discard {
+        return Ok(Recovery::Delete);
+    }
+    if r.owner.is_none() {
+        return Err(RecoveryRefused::UnknownOwner(id));
     }
     if r.state == RecordState::Queued {
         return Err(RecoveryRefused::NotNeedingAttention(id));
@@ -122,7 +160,11 @@ pub fn recover(
 /// or needs-attention record, the new body (at most `max_body` bytes) replaces the old
 /// one under a fresh key, the failure state is cleared, and its id — its place in its
 /// lane — is kept, so it neither overtakes nor falls behind the writes around it. Like a
-/// retry, it is a new write for retention and for the server's key window.
+/// retry, it is a new write for retention and for the server's key window. A `queued`
+/// record that has a first send is refused (r3, `may-have-been-applied`): the old key
+/// may have reached the server and would still be applied by a retry of the server's
+/// own, beside the edit. Once it needs attention the person was shown that it may
+/// have been applied (`READ_RECORD`'s `sentBefore`), and may edit it.
 pub fn edit(
     id: RecordId,
     found: Found<'_>,
@@ -137,8 +179,14 @@ pub fn edit(
         Found::Corrupt => return Err(RecoveryRefused::CorruptOnlyDiscard(id)),
         Found::Record(r) => r,
     };
+    if r.owner.is_none() {
+        return Err(RecoveryRefused::UnknownOwner(id));
+    }
     if r.owner.as_deref() != Some(owner) {
         return Err(RecoveryRefused::NotOwner(id));
+    }
+    if r.state == RecordState::Queued && r.first_sent_at.is_some() {
+        return Err(RecoveryRefused::MayHaveBeenApplied(id));
     }
     if change.body.len() > max_body as usize {
         return Err(RecoveryRefused::TooLarge {
@@ -281,18 +329,18 @@ mod tests {
             Some("bob"),
             RecordState::NeedsAttention(AttentionReason::Rejected),
         );
+        assert_eq!(
+            recover(
+                RecordId(5),
+                Found::Record(&queued),
+                "alice",
+                RecoverAction::RetryNew,
+                99,
+                key
+            ),
+            Err(RecoveryRefused::NotNeedingAttention(RecordId(5)))
+        );
         for action in [RecoverAction::RetryNew, RecoverAction::Discard] {
-            assert_eq!(
-                recover(
-                    RecordId(5),
-                    Found::Record(&queued),
-                    "alice",
-                    action,
-                    99,
-                    key
-                ),
-                Err(RecoveryRefused::NotNeedingAttention(RecordId(5)))
-            );
             assert_eq!(
                 recover(RecordId(6), Found::Record(&bobs), "alice", action, 99, key),
                 Err(RecoveryRefused::NotOwner(RecordId(6)))
@@ -348,7 +396,7 @@ mod tests {
                 key
             )
             .is_ok(),
-            "a queued record may be edited too"
+            "a queued record that never left the worker may be edited too"
         );
         assert_eq!(
             edit(RecordId(9), Found::Record(&r), "bob", &change, 1024, 0, key),
@@ -364,6 +412,154 @@ mod tests {
         assert_eq!(
             edit(RecordId(9), Found::Corrupt, "alice", &change, 1024, 0, key),
             Err(RecoveryRefused::CorruptOnlyDiscard(RecordId(9)))
+        );
+    }
+
+    #[test]
+    fn offline_the_persisted_session_stands_in_for_reading_editing_and_discarding() {
+        for action in [
+            None,
+            Some(RecoverAction::Edit),
+            Some(RecoverAction::Discard),
+        ] {
+            assert!(
+                checked_offline(action, Some("alice"), "alice"),
+                "{action:?}"
+            );
+            assert!(!checked_offline(action, Some("bob"), "alice"), "{action:?}");
+            assert!(!checked_offline(action, None, "alice"), "{action:?}");
+        }
+        assert!(
+            !checked_offline(Some(RecoverAction::RetryNew), Some("alice"), "alice"),
+            "a retry sends the write: the server must say who is signed in"
+        );
+    }
+
+    #[test]
+    fn a_queued_record_of_its_owner_can_be_cancelled() {
+        let queued = rec(5, Some("alice"), RecordState::Queued);
+        assert_eq!(
+            recover(
+                RecordId(5),
+                Found::Record(&queued),
+                "alice",
+                RecoverAction::Discard,
+                99,
+                key
+            ),
+            Ok(Recovery::Delete)
+        );
+        assert_eq!(
+            recover(
+                RecordId(5),
+                Found::Record(&queued),
+                "bob",
+                RecoverAction::Discard,
+                99,
+                key
+            ),
+            Err(RecoveryRefused::NotOwner(RecordId(5))),
+            "never another account's"
+        );
+    }
+
+    #[test]
+    fn an_edit_of_a_queued_record_that_may_have_been_sent_is_refused() {
+        let change = Edit {
+            body: b"{}".to_vec(),
+            content_type: None,
+        };
+        let mut sent = rec(11, Some("alice"), RecordState::Queued);
+        sent.first_sent_at = Some(5);
+        let refused = edit(
+            RecordId(11),
+            Found::Record(&sent),
+            "alice",
+            &change,
+            64,
+            9,
+            key,
+        );
+        assert_eq!(
+            refused,
+            Err(RecoveryRefused::MayHaveBeenApplied(RecordId(11)))
+        );
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            "may-have-been-applied",
+            "the contract's reason, exactly"
+        );
+        // Once it needs attention, the person has been shown it may have been applied.
+        sent.state = RecordState::NeedsAttention(AttentionReason::Repeated5xx);
+        assert!(edit(
+            RecordId(11),
+            Found::Record(&sent),
+            "alice",
+            &change,
+            64,
+            9,
+            key
+        )
+        .is_ok());
+        // Edited once (a new key, never sent): it may be edited again.
+        let mut edited = rec(12, Some("alice"), RecordState::Queued);
+        edited.attempts = 3;
+        edited.first_sent_at = None;
+        assert!(edit(
+            RecordId(12),
+            Found::Record(&edited),
+            "alice",
+            &change,
+            64,
+            9,
+            key
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn a_record_of_no_known_owner_is_read_and_discarded_never_sent() {
+        let unknown = rec(13, None, RecordState::Queued);
+        assert!(readable_by(None, "alice"));
+        assert!(readable_by(Some("alice"), "alice"));
+        assert!(!readable_by(Some("bob"), "alice"));
+        assert_eq!(
+            recover(
+                RecordId(13),
+                Found::Record(&unknown),
+                "alice",
+                RecoverAction::Discard,
+                9,
+                key
+            ),
+            Ok(Recovery::Delete)
+        );
+        assert_eq!(
+            recover(
+                RecordId(13),
+                Found::Record(&unknown),
+                "alice",
+                RecoverAction::RetryNew,
+                9,
+                key
+            ),
+            Err(RecoveryRefused::UnknownOwner(RecordId(13)))
+        );
+        let change = Edit {
+            body: b"{}".to_vec(),
+            content_type: None,
+        };
+        assert_eq!(
+            edit(
+                RecordId(13),
+                Found::Record(&unknown),
+                "alice",
+                &change,
+                64,
+                9,
+                key
+            ),
+            Err(RecoveryRefused::UnknownOwner(RecordId(13)))
         );
     }
 

@@ -5,6 +5,7 @@
 //! always names the field at fault.
 
 use crate::core::content::{base64_decode, present};
+use crate::core::credential::Authorization;
 use crate::core::delivery::{Delivery, StopReason};
 use crate::core::identity::{is_account_id, MAX_ACCOUNT_ID_LEN};
 use crate::core::key::IdempotencyKey;
@@ -19,6 +20,8 @@ use serde_json::{Map, Value};
 pub enum Command {
     AuthSession {
         user: Option<String>,
+        /// A bearer app's credential (r3): held for this session, never for a record.
+        authorization: Option<Authorization>,
     },
     FlushQueue,
     RebindRecords {
@@ -53,7 +56,7 @@ pub enum Command {
 /// Every field any command reads. The shell copies only these out of a page's message,
 /// and only as far as their shape allows (strings, numbers, booleans, an array of ids),
 /// so a message of any size or shape costs the worker no more than these fields do.
-pub const MESSAGE_FIELDS: [&str; 12] = [
+pub const MESSAGE_FIELDS: [&str; 13] = [
     "type",
     "requestId",
     "userId",
@@ -66,12 +69,15 @@ pub const MESSAGE_FIELDS: [&str; 12] = [
     "body",
     "bodyEncoding",
     "contentType",
+    "authorization",
 ];
 
 /// The one field that may be a long string (an edit's body); every other string field is
-/// at most [`MAX_FIELD_CHARS`] characters.
+/// at most [`MAX_FIELD_CHARS`] characters, but [`AUTHORIZATION_FIELD`].
 pub const BODY_FIELD: &str = "body";
 pub const MAX_FIELD_CHARS: usize = 4096;
+/// `AUTH_SESSION`'s credential: up to `core::credential::MAX_AUTHORIZATION_LEN`.
+pub const AUTHORIZATION_FIELD: &str = "authorization";
 
 /// What bounds a command's fields.
 #[derive(Debug, Clone, Copy)]
@@ -172,15 +178,34 @@ pub fn parse_command(msg: &Value, limits: Limits) -> Result<Envelope, Refusal> {
         }));
     };
     let parsed = match kind {
-        "AUTH_SESSION" => match obj.get("userId") {
-            None => Err("userId is required (a string, or null when signed out)".into()),
-            Some(Value::Null) => Ok(Command::AuthSession { user: None }),
-            Some(Value::String(s)) if is_account_id(s) => Ok(Command::AuthSession {
-                user: Some(s.clone()),
-            }),
-            Some(Value::String(s)) if !s.is_empty() => Err(format!("userId {ACCOUNT_RULE}")),
-            Some(_) => Err("userId must be a non-empty string or null".into()),
-        },
+        "AUTH_SESSION" => {
+            let user = match obj.get("userId") {
+                None => Err("userId is required (a string, or null when signed out)".into()),
+                Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) if is_account_id(s) => Ok(Some(s.clone())),
+                Some(Value::String(s)) if !s.is_empty() => Err(format!("userId {ACCOUNT_RULE}")),
+                Some(_) => Err("userId must be a non-empty string or null".into()),
+            };
+            user.and_then(|user| {
+                let authorization = match obj.get(AUTHORIZATION_FIELD) {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(a)) => {
+                        Some(Authorization::parse(a).map_err(|e| format!("authorization {e}"))?)
+                    }
+                    Some(_) => return Err("authorization must be a string or null".into()),
+                };
+                if user.is_none() && authorization.is_some() {
+                    return Err(
+                        "authorization goes with a userId: a sign-out (userId null) carries none"
+                            .into(),
+                    );
+                }
+                Ok(Command::AuthSession {
+                    user,
+                    authorization,
+                })
+            })
+        }
         "ABORT_WRITE" => match obj.get("idempotencyKey") {
             None => Err("idempotencyKey is required".into()),
             Some(Value::String(k)) => IdempotencyKey::parse(k)
@@ -537,7 +562,27 @@ pub enum Outgoing {
         path: String,
         workspace: Option<String>,
         owner_id: Option<String>,
+        /// Whether it can be delivered while no page of the site is open: Background
+        /// Sync was registered for it (r3).
+        background: bool,
     },
+    /// A replayed write the server answered 2xx, with the answer's body when it is text
+    /// or JSON up to 64 KiB (r3): sent to the windows of its account only.
+    #[serde(rename = "MUTATION_SETTLED", rename_all = "camelCase")]
+    Settled {
+        id: RecordId,
+        idempotency_key: String,
+        owner_id: Option<String>,
+        status: u16,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        content_type: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        body: Option<String>,
+    },
+    /// The server refused this account's credential, or a restarted worker does not
+    /// hold it (r3): a page refreshes its token and sends `AUTH_SESSION` again.
+    #[serde(rename = "AUTH_NEEDED", rename_all = "camelCase")]
+    AuthNeeded { user_id: String },
 }
 
 impl Outgoing {
@@ -618,12 +663,23 @@ mod tests {
         assert_eq!(
             parse(json!({"type":"AUTH_SESSION","userId":"u1"})),
             Ok(Command::AuthSession {
-                user: Some("u1".into())
+                user: Some("u1".into()),
+                authorization: None,
             })
         );
         assert_eq!(
             parse(json!({"type":"AUTH_SESSION","userId":null})),
-            Ok(Command::AuthSession { user: None })
+            Ok(Command::AuthSession {
+                user: None,
+                authorization: None,
+            })
+        );
+        assert_eq!(
+            parse(json!({"type":"AUTH_SESSION","userId":"u1","authorization":"Bearer t.1"})),
+            Ok(Command::AuthSession {
+                user: Some("u1".into()),
+                authorization: Authorization::parse("Bearer t.1").ok(),
+            })
         );
         assert_eq!(
             parse(json!({"type":"REBIND_RECORDS","ownerId":"u1"})),
@@ -699,6 +755,26 @@ mod tests {
             (json!({"type":"AUTH_SESSION"}), "userId is required"),
             (json!({"type":"AUTH_SESSION","userId":5}), "userId must"),
             (json!({"type":"AUTH_SESSION","userId":""}), "userId must"),
+            (
+                json!({"type":"AUTH_SESSION","userId":"u","authorization":5}),
+                "authorization must be a string",
+            ),
+            (
+                json!({"type":"AUTH_SESSION","userId":"u","authorization":""}),
+                "authorization must be 1 to 8192",
+            ),
+            (
+                json!({"type":"AUTH_SESSION","userId":"u","authorization":format!("Bearer {}", "t".repeat(8186))}),
+                "authorization must be 1 to 8192 characters long, got 8193",
+            ),
+            (
+                json!({"type":"AUTH_SESSION","userId":"u","authorization":"Bearer a\nb"}),
+                "authorization must be visible ASCII",
+            ),
+            (
+                json!({"type":"AUTH_SESSION","userId":null,"authorization":"Bearer x"}),
+                "authorization goes with a userId",
+            ),
             (json!({"type":"REBIND_RECORDS"}), "ownerId is required"),
             (
                 json!({"type":"REBIND_RECORDS","ownerId":""}),
@@ -959,6 +1035,7 @@ mod tests {
         // needed, so the shell may copy only those.
         for msg in [
             json!({"type":"AUTH_SESSION","userId":"u1","requestId":1}),
+            json!({"type":"AUTH_SESSION","userId":"u1","authorization":"Bearer x"}),
             json!({"type":"REBIND_RECORDS","ownerId":"u1","ids":[1]}),
             json!({"type":"RECOVER_RECORD","id":7,"ownerId":"u1","action":"discard"}),
             json!({"type":"SET_NOTIFICATIONS","userId":"u1","enabled":true}),
@@ -1027,6 +1104,56 @@ mod tests {
             })
             .expect("ok"),
             json!({"type":"QUEUE_STATE","records":[],"delivery":{"stoppedBy":"signed-out","retryAt":null,"lastAttemptAt":5}})
+        );
+    }
+
+    #[test]
+    fn the_r3_reports_serialise_in_the_contracts_shape() {
+        let queued = Outgoing::Queued {
+            id: RecordId(4),
+            method: "POST".into(),
+            path: "/projects/p1/tasks".into(),
+            workspace: Some("p1".into()),
+            owner_id: Some("alice".into()),
+            background: false,
+        };
+        assert_eq!(
+            serde_json::to_value(queued).expect("ok"),
+            json!({"type":"MUTATION_QUEUED","id":4,"method":"POST","path":"/projects/p1/tasks",
+                   "workspace":"p1","ownerId":"alice","background":false})
+        );
+        let settled = Outgoing::Settled {
+            id: RecordId(4),
+            idempotency_key: "k-1".into(),
+            owner_id: Some("alice".into()),
+            status: 201,
+            content_type: Some("application/json".into()),
+            body: Some(r#"{"id":17}"#.into()),
+        };
+        assert_eq!(
+            serde_json::to_value(settled).expect("ok"),
+            json!({"type":"MUTATION_SETTLED","id":4,"idempotencyKey":"k-1","ownerId":"alice",
+                   "status":201,"contentType":"application/json","body":"{\"id\":17}"})
+        );
+        let bare = Outgoing::Settled {
+            id: RecordId(5),
+            idempotency_key: "k-2".into(),
+            owner_id: Some("alice".into()),
+            status: 204,
+            content_type: None,
+            body: None,
+        };
+        assert_eq!(
+            serde_json::to_value(bare).expect("ok"),
+            json!({"type":"MUTATION_SETTLED","id":5,"idempotencyKey":"k-2","ownerId":"alice","status":204}),
+            "no body field for an answer without a readable one"
+        );
+        assert_eq!(
+            serde_json::to_value(Outgoing::AuthNeeded {
+                user_id: "alice".into()
+            })
+            .expect("ok"),
+            json!({"type":"AUTH_NEEDED","userId":"alice"})
         );
     }
 }

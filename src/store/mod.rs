@@ -13,6 +13,7 @@
 pub mod idb;
 mod upgrade;
 
+use crate::core::credential::Authorization;
 use crate::core::record::{
     CorruptRecord, MutableFields, NewRecord, RawRecord, RecordId, RecordMeta, MAX_SAFE_INTEGER,
 };
@@ -122,10 +123,20 @@ impl QueueItem {
     }
 }
 
+/// What the last `AUTH_SESSION` persisted beside its account (r3): whether it carried a
+/// credential (a bearer session), and the credential itself where `persistAuthorization`
+/// keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionAuth {
+    pub bearer: bool,
+    pub authorization: Option<Authorization>,
+}
+
 /// The queue as read in one transaction, with the generation and session of that moment.
 pub struct Snapshot {
     pub generation: Generation,
     pub session: Option<String>,
+    pub auth: SessionAuth,
     pub items: Vec<QueueItem>,
     /// Values stored under a key that is not a record id (not written by the outbox);
     /// [`Store::rekey_foreign`] gives them ids so they can be listed and discarded.
@@ -443,11 +454,14 @@ impl Store {
         let user = request(session.get(&SESSION_KEY.into()).map_err(failed)?);
         let all = request(Self::store(&tx, MUTATIONS)?.get_all().map_err(failed)?);
         let generation = Generation::read(&gen.await?);
-        let session = session_user_of(&user.await?);
+        let user = user.await?;
+        let session = session_user_of(&user);
+        let auth = session_auth_of(&user);
         let (items, foreign) = self.items_of(&all.await?);
         Ok(Snapshot {
             generation,
             session,
+            auth,
             items,
             foreign,
         })
@@ -829,13 +843,35 @@ impl Store {
 
     /// Persists the signed-in account; returns the generation the change applied to.
     pub async fn set_session_user(&self, user: Option<&str>) -> Result<Generation, IdbError> {
+        self.set_session(user, &SessionAuth::default()).await
+    }
+
+    /// Persists the signed-in account and what its `AUTH_SESSION` said of a credential
+    /// (r3): `bearer`, and the credential only when given (`persistAuthorization`). The
+    /// record is replaced whole, so a sign-out or a cookie sign-in leaves no credential.
+    pub async fn set_session(
+        &self,
+        user: Option<&str>,
+        auth: &SessionAuth,
+    ) -> Result<Generation, IdbError> {
         let v = Object::new();
         Reflect::set(&v, &"key".into(), &SESSION_KEY.into()).map_err(failed)?;
         let u = user.map(JsValue::from_str).unwrap_or(JsValue::NULL);
         Reflect::set(&v, &"userId".into(), &u).map_err(failed)?;
+        if auth.bearer && user.is_some() {
+            Reflect::set(&v, &"bearer".into(), &JsValue::TRUE).map_err(failed)?;
+            if let Some(a) = &auth.authorization {
+                Reflect::set(&v, &"authorization".into(), &a.as_str().into()).map_err(failed)?;
+            }
+        }
         self.put_session_value(&v, true)
             .await?
             .ok_or_else(|| IdbError::Failed("no generation".into()))
+    }
+
+    /// What the last `AUTH_SESSION` persisted of a credential.
+    pub async fn session_auth(&self) -> Result<SessionAuth, IdbError> {
+        Ok(session_auth_of(&self.get_session_value(SESSION_KEY).await?))
     }
 
     /// The backoff state. Read from the database at every use, never cached.
@@ -1116,6 +1152,26 @@ fn session_user_of(v: &JsValue) -> Option<String> {
         .ok()
         .and_then(|u| u.as_string())
         .filter(|u| crate::core::identity::is_account_id(u))
+}
+
+/// The credential part of the stored session (r3); a value that cannot be a header is
+/// none (the page is asked for a new one).
+fn session_auth_of(v: &JsValue) -> SessionAuth {
+    if session_user_of(v).is_none() {
+        return SessionAuth::default();
+    }
+    let bearer = Reflect::get(v, &"bearer".into())
+        .ok()
+        .and_then(|b| b.as_bool())
+        .unwrap_or(false);
+    let authorization = Reflect::get(v, &"authorization".into())
+        .ok()
+        .and_then(|a| a.as_string())
+        .and_then(|a| Authorization::parse(&a).ok());
+    SessionAuth {
+        bearer,
+        authorization: authorization.filter(|_| bearer),
+    }
 }
 
 /// What [`Store::rewrite_where`] does with one stored value.

@@ -1,6 +1,9 @@
-//! Messages to pages: reports to every window of the scope, answers to the sender.
+//! Messages to pages: reports to every window of the scope, answers to the sender, and
+//! reports of one account to that account's windows only.
 
 use crate::protocol::Outgoing;
+use std::cell::RefCell;
+use std::collections::HashMap;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
@@ -33,6 +36,81 @@ pub async fn broadcast(msg: &Outgoing) {
     for client in windows().await {
         let _ = client.post_message(&value);
     }
+}
+
+/// The account each window said it is signed in as (r3, for `MUTATION_SETTLED`): a
+/// window's last `AUTH_SESSION`, by client id, in memory. Choice: a window that sent
+/// none (since this worker started) is on the account of the last `AUTH_SESSION` from
+/// any window — with cookie sessions every window of the origin shares the one
+/// account; a window whose last `AUTH_SESSION` was a sign-out is on none.
+#[derive(Default)]
+pub struct WindowAccounts {
+    said: RefCell<HashMap<String, Option<String>>>,
+}
+
+impl WindowAccounts {
+    /// A window (`client_id`) sent `AUTH_SESSION` naming `user`.
+    pub fn said(&self, client_id: String, user: Option<String>) {
+        self.said.borrow_mut().insert(client_id, user);
+    }
+
+    /// Forgets every window (`CLEAR_DEVICE`: the device's accounts are gone).
+    pub fn forget_all(&self) {
+        self.said.borrow_mut().clear();
+    }
+
+    /// The account `client_id` is on, `session` being the account of the last
+    /// `AUTH_SESSION` of any window.
+    fn of(&self, client_id: &str, session: Option<&str>) -> Option<String> {
+        match self.said.borrow().get(client_id) {
+            Some(said) => said.clone(),
+            None => session.map(str::to_owned),
+        }
+    }
+
+    /// Forgets the windows that are gone.
+    fn keep_only(&self, open: &[Client]) {
+        let ids: std::collections::HashSet<String> = open.iter().map(Client::id).collect();
+        self.said.borrow_mut().retain(|id, _| ids.contains(id));
+    }
+}
+
+/// Sends each report to the windows on its account only (`session`: the account of the
+/// last `AUTH_SESSION`, for windows that never said theirs). Another account's windows
+/// never learn what this account's writes answered.
+pub async fn to_accounts(
+    accounts: &WindowAccounts,
+    session: Option<&str>,
+    msgs: &[(String, Outgoing)],
+) {
+    if msgs.is_empty() {
+        return;
+    }
+    let open = windows().await;
+    accounts.keep_only(&open);
+    let on: Vec<(Client, Option<String>)> = open
+        .into_iter()
+        .map(|c| {
+            let account = accounts.of(&c.id(), session);
+            (c, account)
+        })
+        .collect();
+    for (account, msg) in msgs {
+        let value = to_js(msg);
+        for (client, on) in &on {
+            if on.as_deref() == Some(account.as_str()) {
+                let _ = client.post_message(&value);
+            }
+        }
+    }
+}
+
+/// The id of the window a message came from, when it came from one.
+pub fn source_id(event: &web_sys::ExtendableMessageEvent) -> Option<String> {
+    event
+        .source()
+        .and_then(|s| s.dyn_into::<Client>().ok())
+        .map(|c| c.id())
 }
 
 /// Where a command's answer goes: the message's first transferred port when it sent

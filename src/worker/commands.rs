@@ -4,16 +4,19 @@
 use super::clients::{self, ReplyTo};
 use super::http::{identity, IdentityAnswer};
 use super::{absolute, flush, Inner, Trigger};
-use crate::core::identity::confirms;
+use crate::core::credential::{sign_in_flushes, Authorization};
+use crate::core::identity::{confirms, Identity};
 use crate::core::key::IdempotencyKey;
 use crate::core::lanes::Lane;
 use crate::core::record::RecordId;
-use crate::core::recovery::{adopt, edit, recover, Edit, Found, Recovery, RecoveryRefused};
+use crate::core::recovery::{
+    adopt, checked_offline, edit, readable_by, recover, Edit, Found, Recovery, RecoveryRefused,
+};
 use crate::core::route::record_is_auth_route;
 use crate::protocol::{
     parse_command, Command, Envelope, Limits, ListedRecord, Outgoing, RecordContent, RecoverAction,
 };
-use crate::store::{QueueItem, Rewrite};
+use crate::store::{QueueItem, Rewrite, SessionAuth};
 use js_sys::Uint8Array;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -40,8 +43,28 @@ pub async fn handle(inner: &Rc<Inner>, event: &ExtendableMessageEvent) {
     reply.send(&answer);
     if let Some(trigger) = then_flush {
         let outcome = flush::request(inner, trigger).await;
+        if trigger == Trigger::Recovery && !outcome.reported {
+            report_queue(inner).await;
+        }
         keep_alive(event, &outcome);
     }
+}
+
+/// A report after a recovery whose flush sent none (r3: a cancel made offline, or inside
+/// a server's `Retry-After` window, is followed by a report all the same, so every window
+/// drops the write): the queue as it stands, with the stored delivery state.
+async fn report_queue(inner: &Inner) {
+    let remaining = inner.store.count().await.ok().map(|n| n as usize);
+    let delivery = inner.store.delivery().await.unwrap_or_default();
+    let drained = remaining == Some(0);
+    clients::broadcast(&Outgoing::flush_summary(
+        0,
+        remaining,
+        1,
+        delivery.stopped_by.filter(|_| !drained),
+        delivery.retry_at.filter(|_| !drained),
+    ))
+    .await;
 }
 
 /// Keeps the command's event (still open: `sw.js` waits for this handler) alive for the
@@ -59,16 +82,38 @@ async fn run(
     event: &ExtendableMessageEvent,
 ) -> (Outgoing, Option<Trigger>) {
     match &env.command {
-        Command::AuthSession { user } => {
+        Command::AuthSession {
+            user,
+            authorization,
+        } => {
+            // This window's account, for the reports of one account (`MUTATION_SETTLED`).
+            if let Some(id) = clients::source_id(event) {
+                inner.accounts.said(id, user.clone());
+            }
             let seq = inner.session_arrived(user.clone());
             let _turn = inner.session_writes.acquire().await;
-            match inner.store.set_session_user(user.as_deref()).await {
+            // The credential is the session's (r3): persisted with it only where the site
+            // chose so, else held in memory; a sign-out or a cookie sign-in has none.
+            let auth = SessionAuth {
+                bearer: authorization.is_some(),
+                authorization: authorization
+                    .clone()
+                    .filter(|_| inner.config.persist_authorization),
+            };
+            match inner.store.set_session(user.as_deref(), &auth).await {
                 Ok(before) => {
-                    inner.session_settled_as(seq, user.clone(), Some(before));
-                    (Outgoing::ok(env, None), after_sign_in(inner, user).await)
+                    inner.session_settled_as(
+                        seq,
+                        user.clone(),
+                        authorization.clone(),
+                        auth,
+                        Some(before),
+                    );
+                    let then = after_sign_in(inner, user, authorization.as_ref()).await;
+                    (Outgoing::ok(env, None), then)
                 }
                 Err(e) => {
-                    inner.session_settled_as(seq, user.clone(), None);
+                    inner.session_settled_as(seq, user.clone(), None, auth, None);
                     (
                         Outgoing::failed(env, format!("the session could not be stored: {e}")),
                         None,
@@ -127,6 +172,8 @@ async fn run(
             let cleared = inner
                 .in_chain(Box::pin(async move {
                     let (n, before) = me.store.clear_device().await?;
+                    // The device's accounts are gone with it.
+                    me.accounts.forget_all();
                     // Writes still on their first attempt are fenced by the clear count.
                     me.committed(before, true, |v| v.cleared());
                     Ok::<u64, crate::store::idb::IdbError>(n)
@@ -221,10 +268,19 @@ async fn run(
 }
 
 /// After an `AUTH_SESSION` was persisted: a flush when it names an account and the last
-/// flush stopped because nobody was signed in (or a replay was refused as such). Such a
-/// stop has no timer (`core::delivery`, `retryAt` null); this is the trigger it awaits.
-async fn after_sign_in(inner: &Inner, user: &Option<String>) -> Option<Trigger> {
+/// flush stopped because nobody was signed in (or a replay was refused as such, or the
+/// credential was refused or missing: r3). Such a stop has no timer (`core::delivery`,
+/// `retryAt` null); this is the trigger it awaits. Not for the very credential the
+/// server just refused (`core::credential::sign_in_flushes`).
+async fn after_sign_in(
+    inner: &Inner,
+    user: &Option<String>,
+    given: Option<&Authorization>,
+) -> Option<Trigger> {
     user.as_ref()?;
+    if !sign_in_flushes(given, inner.refused_credential().as_ref()) {
+        return None;
+    }
     let delivery = inner.store.delivery().await.ok()?;
     delivery
         .stopped_by
@@ -232,29 +288,78 @@ async fn after_sign_in(inner: &Inner, user: &Option<String>) -> Option<Trigger> 
         .then_some(Trigger::SignIn)
 }
 
-/// A fresh identity check naming `owner` as the expected account.
-async fn verify(inner: &Rc<Inner>, owner: &str) -> Result<(), String> {
+/// How a command's identity check confirmed `owner`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verified {
+    /// A fresh `GET authMePath` named `owner`.
+    Online,
+    /// `authMePath` could not be reached and the persisted session is `owner`'s: enough
+    /// for what changes or reveals nothing on the server (r3, `checked_offline`).
+    Offline,
+}
+
+/// A fresh identity check naming `owner` as the expected account, with the session's
+/// credential where it is a bearer session (a 401 to it asks the pages for a new one,
+/// r3). When the server cannot be reached (a network failure or no answer in time: any
+/// HTTP answer is the authority), `action` (`None`: `READ_RECORD`) may stand on the
+/// persisted session instead (`core::recovery::checked_offline`).
+async fn verify(
+    inner: &Rc<Inner>,
+    owner: &str,
+    action: Option<RecoverAction>,
+) -> Result<Verified, String> {
     let cfg = &inner.config;
     let url = absolute(&cfg.auth_me_path);
     let expected = Some((cfg.expected_account_header.as_str(), owner));
-    let checked = identity(&url, expected, cfg.attempt_timeout_ms, &cfg.csrf_header).await;
+    let bearer = inner.bearer();
+    let authorization = bearer.authorization().cloned();
+    let checked = identity(
+        &url,
+        expected,
+        authorization.as_ref().map(|a| a.as_str()),
+        cfg.attempt_timeout_ms,
+        &cfg.csrf_header,
+    )
+    .await;
     if checked.network_answered() {
         inner.network_answered();
     } else {
         inner.network_failed();
     }
     match (&checked, checked.identity()) {
-        (_, Some(id)) if confirms(id, owner) => Ok(()),
+        (_, Some(id)) if confirms(id, owner) => Ok(Verified::Online),
+        (_, Some(Identity::SignedOut)) if bearer.needs_on_401().is_some() => {
+            if let Some(user) = bearer.needs_on_401() {
+                inner.credential_refused(authorization.as_ref());
+                ask_for_credential(user).await;
+            }
+            Err(format!(
+                "the server did not accept the session's credential for {owner}: AUTH_NEEDED was sent"
+            ))
+        }
         (_, Some(_)) => Err(format!("{owner} is not the signed-in account")),
         (IdentityAnswer::Stalled, None) => {
             Err("the identity check failed: its answer did not arrive in time".into())
+        }
+        _ if checked_offline(action, inner.session_user().as_deref(), owner) => {
+            Ok(Verified::Offline)
         }
         _ => Err("the identity check failed: offline".into()),
     }
 }
 
+/// Asks every window for a credential of `user` (r3: `AUTH_NEEDED`).
+pub(super) async fn ask_for_credential(user: &str) {
+    clients::broadcast(&Outgoing::AuthNeeded {
+        user_id: user.to_owned(),
+    })
+    .await;
+}
+
 async fn rebind(inner: &Rc<Inner>, owner: &str, ids: Option<&[RecordId]>) -> Result<u64, String> {
-    verify(inner, owner).await?;
+    if verify(inner, owner, Some(RecoverAction::RetryNew)).await? != Verified::Online {
+        return Err("the identity check failed: offline".into());
+    }
     let cfg = &inner.config;
     let patterns = &*inner.patterns;
     let adopted_lanes: RefCell<Vec<Lane>> = RefCell::new(Vec::new());
@@ -290,9 +395,11 @@ async fn rebind(inner: &Rc<Inner>, owner: &str, ids: Option<&[RecordId]>) -> Res
 }
 
 /// `READ_RECORD`: the owner's record with its body, after a fresh identity check names
-/// that owner. Never another account's, never a corrupt one's.
+/// that owner (or, offline, the persisted session is the owner's: r3). Never another
+/// account's, never a corrupt one's; a record of no known owner may be read by the
+/// verified account without adopting it (r3).
 async fn read_one(inner: &Rc<Inner>, id: RecordId, owner: &str) -> Result<RecordContent, String> {
-    verify(inner, owner).await?;
+    verify(inner, owner, None).await?;
     let found = inner
         .store
         .record(id)
@@ -303,7 +410,7 @@ async fn read_one(inner: &Rc<Inner>, id: RecordId, owner: &str) -> Result<Record
         Some((QueueItem::Corrupt(..), _)) => Err(format!(
             "record {id} is corrupt: it has no readable content (it can be discarded)"
         )),
-        Some((QueueItem::Record(m), _)) if m.owner.as_deref() != Some(owner) => {
+        Some((QueueItem::Record(m), _)) if !readable_by(m.owner.as_deref(), owner) => {
             Err(RecoveryRefused::NotOwner(id).to_string())
         }
         Some((QueueItem::Record(m), body)) => {
@@ -322,7 +429,7 @@ async fn recover_one(
     action: RecoverAction,
     change: Option<&Edit>,
 ) -> Result<(), String> {
-    verify(inner, owner).await?;
+    verify(inner, owner, Some(action)).await?;
     let max_body = inner.config.max_body_bytes;
     let refusal: RefCell<Option<String>> = RefCell::new(None);
     let discarded: RefCell<Option<Lane>> = RefCell::new(None);

@@ -223,7 +223,15 @@ async fn write(
         {
             Ok((answer, _deadline)) => {
                 inner.network_answered();
-                return Ok(answer);
+                // A gateway's 502/503/504 (`queueStatuses`, r3) is queued as a network
+                // failure would be, unless the server's ledger says it stored it; a
+                // never-queued write gets it as it is.
+                let replayed = header(&answer.headers(), "Idempotent-Replayed")
+                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+                if never_queue || !cfg.queues_answer(answer.status(), replayed) {
+                    return Ok(answer);
+                }
+                super::http::discard_body(&answer);
             }
             Err(_) if attempt.aborted() => return aborted(),
             Err(_) => inner.network_failed(),
@@ -269,16 +277,17 @@ async fn write(
     drop(turn);
     match stored.await {
         Ok(Stored { id, owner }) => {
+            // The sync is registered before the 202 (as the contract lists it); the
+            // report follows the answer. Both say whether it was (r3: `background`).
+            let background = super::retry::register_sync(&cfg.sync_tag).await;
             let report = Outgoing::Queued {
                 id,
                 method,
                 path,
                 workspace,
                 owner_id: owner,
+                background,
             };
-            // The sync is registered before the 202 (as the contract lists it); the
-            // report follows the answer.
-            super::retry::register_sync(&cfg.sync_tag).await;
             if let (Some(retry), Some(e)) = (inner.retry_soon(), event) {
                 // Without Background Sync the worker retries itself; this event keeps it
                 // alive for the first retry.
@@ -288,7 +297,7 @@ async fn write(
                 clients::broadcast(&report).await;
             })
             .await;
-            json_response(&SyntheticAnswer::queued(id, &key))
+            json_response(&SyntheticAnswer::queued(id, &key, background))
         }
         Err(EnqueueFailure::Full) => {
             json_response(&SyntheticAnswer::not_queued(&NotQueued::Full {

@@ -7,10 +7,13 @@
 use super::http::{discard_body, header, identity, read_bounded, send, Deadline, IdentityAnswer};
 use super::{absolute, clients, now_ms, Inner, Trigger};
 use crate::core::answer::{
-    after_recheck, check_age, classify, settle, Age, AnswerBody, ReplayAnswer, Settlement, Verdict,
+    after_recheck, check_age, classify, replay_unavailable_status, settle, Age, AnswerBody,
+    ReplayAnswer, Settlement, Verdict,
 };
 use crate::core::backoff::{Backoff, FlushEnd};
 use crate::core::barrier::Checked;
+use crate::core::content::is_textual;
+use crate::core::credential::{Bearer, Credential};
 use crate::core::delivery::{identity_unavailable, retry_at, Delivery, StopReason};
 use crate::core::identity::Identity;
 use crate::core::key::IdempotencyKey;
@@ -38,6 +41,8 @@ pub struct FlushOutcome {
     /// Settles once the retry it scheduled ran, when that retry is near: the event that
     /// asked for the flush keeps the worker alive for it (`worker::retry`).
     pub keep_alive: Option<js_sys::Promise>,
+    /// It sent pages a summary (`MUTATIONS_REPLAYED` or `MUTATIONS_PARTIAL`).
+    pub reported: bool,
 }
 /// A caller waiting for the flush after the running one: `seen` is how many records the
 /// running flush had replayed when it asked.
@@ -130,6 +135,7 @@ fn not_run(why: impl Into<String>, retry_later: bool) -> FlushOutcome {
         not_run: Some(why.into()),
         retry_later,
         keep_alive: None,
+        reported: false,
     }
 }
 
@@ -139,6 +145,8 @@ fn not_run(why: impl Into<String>, retry_later: bool) -> FlushOutcome {
 struct Who {
     user: String,
     csrf: Option<String>,
+    /// A bearer session's credential (r3): this account's replays carry it.
+    credential: Option<Credential>,
     checked: Checked,
     generation: u32,
     stale_rechecked: bool,
@@ -150,14 +158,22 @@ enum Check {
         user: String,
         csrf: Option<String>,
         checked: Checked,
+        credential: Option<Credential>,
     },
     SignedOut,
     /// No identity could be read: the flush stops (contract 4.1, 4.8).
-    Stopped {
-        stop: StopReason,
-        end: FlushEnd,
-        why: String,
-    },
+    Stopped(Stop),
+}
+
+/// Why a flush stopped before it read the queue, and what follows.
+struct Stop {
+    stop: StopReason,
+    end: FlushEnd,
+    why: String,
+    /// The account whose credential the pages are asked for (`AUTH_NEEDED`, r3) once
+    /// the stop is stored, so that the `AUTH_SESSION` answering it finds the stop it
+    /// resumes.
+    ask: Option<String>,
 }
 
 /// Checks who is signed in, once no session change is open, and only as an answer to a
@@ -167,18 +183,36 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
     let cfg = &inner.config;
     loop {
         if !settled_before(inner, deadline).await {
-            return Check::Stopped {
+            return Check::Stopped(Stop {
                 stop: StopReason::Budget,
                 end: FlushEnd::Clean,
                 why: "a sign-in was still under way when the flush's time ran out".into(),
-            };
+                ask: None,
+            });
+        }
+        // A bearer session whose credential this worker does not hold (restarted, with
+        // `persistAuthorization` false): the pages are asked for it before anything is
+        // replayed (r3), and the next `AUTH_SESSION` resumes (`unauthorized` awaits it).
+        let bearer = inner.bearer();
+        if let Bearer::Missing { user } = &bearer {
+            return Check::Stopped(Stop {
+                stop: StopReason::Unauthorized,
+                end: FlushEnd::Clean,
+                why: format!("the credential of {user} is needed: AUTH_NEEDED was sent"),
+                ask: Some(user.clone()),
+            });
         }
         let Some(checked) = inner.identity_check_begins() else {
             continue;
         };
+        let credential = match &bearer {
+            Bearer::Held(c) => Some(c.clone()),
+            _ => None,
+        };
         let answer = identity(
             &absolute(&cfg.auth_me_path),
             None,
+            credential.as_ref().map(|c| c.authorization.as_str()),
             cfg.attempt_timeout_ms,
             &cfg.csrf_header,
         )
@@ -190,18 +224,20 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
         }
         let (identity, retry_after) = match answer {
             IdentityAnswer::Offline => {
-                return Check::Stopped {
+                return Check::Stopped(Stop {
                     stop: StopReason::Offline,
                     end: FlushEnd::Transient,
                     why: "the identity check failed: offline".into(),
-                }
+                    ask: None,
+                })
             }
             IdentityAnswer::Stalled => {
-                return Check::Stopped {
+                return Check::Stopped(Stop {
                     stop: StopReason::IdentityCheck,
                     end: FlushEnd::Transient,
                     why: "the identity check's answer did not arrive in time".into(),
-                }
+                    ask: None,
+                })
             }
             IdentityAnswer::Answered {
                 identity,
@@ -216,13 +252,30 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
                 user,
                 csrf,
                 checked,
+                credential,
             },
+            // The server did not take the credential (expired): the pages are asked for a
+            // new one, and the flush resumes when it comes (r3, 4.1). Not "signed out":
+            // nothing is reported `no-session`.
+            Identity::SignedOut if credential.is_some() => {
+                let user = credential.as_ref().map_or("", |c| c.user.as_str());
+                inner.credential_refused(credential.as_ref().map(|c| &c.authorization));
+                Check::Stopped(Stop {
+                    stop: StopReason::Unauthorized,
+                    end: FlushEnd::Clean,
+                    why: format!(
+                        "the server refused the credential of {user}: AUTH_NEEDED was sent"
+                    ),
+                    ask: Some(user.to_owned()),
+                })
+            }
             Identity::SignedOut => Check::SignedOut,
-            Identity::Unavailable { status } => Check::Stopped {
+            Identity::Unavailable { status } => Check::Stopped(Stop {
                 stop: StopReason::IdentityCheck,
                 end: identity_unavailable(status, retry_after.as_deref(), now_ms()),
                 why: format!("the identity check answered {status}"),
-            },
+                ask: None,
+            }),
         };
     }
 }
@@ -256,8 +309,8 @@ enum Recheck {
     Same,
     /// Another account, or nobody: this flush's plan no longer holds.
     Changed { signed_out: bool },
-    /// No identity: the flush stops.
-    Failed(StopReason, FlushEnd),
+    /// No identity: the flush stops (with the account whose credential is asked for).
+    Failed(StopReason, FlushEnd, Option<String>),
 }
 
 /// Checks the identity again (after a session change, or a stale-identity answer).
@@ -268,14 +321,16 @@ async fn recheck(inner: &Rc<Inner>, who: &mut Who, deadline: u64) -> Recheck {
             user,
             csrf,
             checked,
+            credential,
         } if user == who.user => {
             who.csrf = csrf;
             who.checked = checked;
+            who.credential = credential;
             Recheck::Same
         }
         Check::SignedIn { .. } => Recheck::Changed { signed_out: false },
         Check::SignedOut => Recheck::Changed { signed_out: true },
-        Check::Stopped { stop, end, .. } => Recheck::Failed(stop, end),
+        Check::Stopped(Stop { stop, end, ask, .. }) => Recheck::Failed(stop, end, ask),
     }
 }
 
@@ -307,30 +362,28 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         out.keep_alive = inner.retry_when(Some(backoff.next_automatic().max(started + 1)));
         return out;
     }
-    let (user, csrf, checked) = match check_identity(inner, deadline).await {
+    let (user, csrf, checked, credential) = match check_identity(inner, deadline).await {
         Check::SignedIn {
             user,
             csrf,
             checked,
-        } => (Some(user), csrf, Some(checked)),
-        Check::SignedOut => (None, None, None),
-        Check::Stopped { stop, end, why } => {
-            return stopped_before_reading(inner, trigger, backoff, started, stop, end, why).await;
+            credential,
+        } => (Some(user), csrf, Some(checked), credential),
+        Check::SignedOut => (None, None, None, None),
+        Check::Stopped(stop) => {
+            return stopped_before_reading(inner, trigger, backoff, started, stop).await;
         }
     };
     let items = match read_all(inner).await {
         Ok(items) => items,
         Err(e) => {
-            return stopped_before_reading(
-                inner,
-                trigger,
-                backoff,
-                started,
-                StopReason::Storage,
-                FlushEnd::Transient,
-                format!("the queue could not be read: {e}"),
-            )
-            .await;
+            let stop = Stop {
+                stop: StopReason::Storage,
+                end: FlushEnd::Transient,
+                why: format!("the queue could not be read: {e}"),
+                ask: None,
+            };
+            return stopped_before_reading(inner, trigger, backoff, started, stop).await;
         }
     };
     let mut metas: HashMap<RecordId, RecordMeta> = HashMap::new();
@@ -390,11 +443,18 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     // a person (expired first).
     let mut sent_kinds = SentKinds::default();
     let mut first_attention = first_expired;
+    // What the server answered each replayed write (r3: `MUTATION_SETTLED`), by account.
+    let mut settled: Vec<(String, Outgoing)> = Vec::new();
+    // The credential a replay's 401 refused (r3): the pages are asked for a new one.
+    let mut refused: Option<Credential> = None;
+    // The account whose credential a re-check found refused or missing (r3).
+    let mut ask_for: Option<String> = None;
     match (&user, checked) {
         (Some(u), Some(checked)) => {
             let mut who = Who {
                 user: u.clone(),
                 csrf,
+                credential,
                 checked,
                 generation: 0,
                 stale_rechecked: false,
@@ -421,7 +481,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                                 StopReason::IdentityCheck
                             });
                         }
-                        Recheck::Failed(stop, end) => {
+                        Recheck::Failed(stop, end, ask) => {
+                            ask_for = ask_for.or(ask);
                             replay.stop();
                             ending.stop.get_or_insert(stop);
                             ending.end = worst(ending.end, end);
@@ -432,6 +493,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                     let first_send = metas.get(&id).is_some_and(|m| m.first_sent_at.is_none());
                     let lane = Lane {
                         csrf: who.csrf.clone(),
+                        credential: who.credential.clone(),
                         first_send,
                         generation: who.generation,
                         final_stale: who.stale_rechecked,
@@ -477,7 +539,8 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                             continue;
                         }
                         Some(Recheck::Changed { .. }) => identity_changed = true,
-                        Some(Recheck::Failed(stop, end)) => {
+                        Some(Recheck::Failed(stop, end, ask)) => {
+                            ask_for = ask_for.or(ask);
                             ending.stop.get_or_insert(stop);
                             ending.end = worst(ending.end, end);
                         }
@@ -500,6 +563,12 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
                         sent_kinds.count(&m.method);
                     }
                 }
+                if let Some(answered) = sent.settled {
+                    settled.push(answered.report(sent.id));
+                }
+                if sent.verdict == Verdict::SignedOut && sent.carried_credential {
+                    refused = refused.or(who.credential.clone());
+                }
                 if sent.attention.is_some() {
                     first_attention = Some(first_attention.map_or(sent.id, |f| f.min(sent.id)));
                 }
@@ -516,6 +585,9 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
             if !inner.steps_stored().await {
                 replay.stop();
                 ending.stop.get_or_insert(StopReason::Storage);
+                // A replayed write whose deletion may not be stored is sent again, and its
+                // answer (the server's ledger's) reported then.
+                settled.clear();
             }
         }
         _ => {
@@ -547,6 +619,16 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     };
     save_flush_end(inner, backoff, after, delivery).await;
 
+    // Each replayed write's answer, to its account's windows only (r3, contract 5).
+    clients::to_accounts(&inner.accounts, inner.session_user().as_deref(), &settled).await;
+    // Asked once the stop is stored: the `AUTH_SESSION` that answers finds what it resumes.
+    if let Some(c) = &refused {
+        inner.credential_refused(Some(&c.authorization));
+        ask_for = ask_for.or(Some(c.user.clone()));
+    }
+    if let Some(user) = &ask_for {
+        super::commands::ask_for_credential(user).await;
+    }
     if !identity_changed {
         let blocked = replay
             .blocked()
@@ -589,6 +671,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         not_run: None,
         retry_later: !drained && (ending.stop.is_some() || ending.held || replay.is_stopped()),
         keep_alive,
+        reported: true,
     }
 }
 
@@ -601,9 +684,12 @@ async fn stopped_before_reading(
     trigger: Trigger,
     backoff: Backoff,
     started: u64,
-    stop: StopReason,
-    end: FlushEnd,
-    why: String,
+    Stop {
+        stop,
+        end,
+        why,
+        ask,
+    }: Stop,
 ) -> FlushOutcome {
     let after = backoff.after(
         end,
@@ -623,6 +709,9 @@ async fn stopped_before_reading(
         last_attempt_at: Some(started),
     };
     save_flush_end(inner, backoff, after, delivery).await;
+    if let Some(user) = &ask {
+        super::commands::ask_for_credential(user).await;
+    }
     if !drained {
         clients::broadcast(&Outgoing::flush_summary(
             0,
@@ -636,6 +725,7 @@ async fn stopped_before_reading(
     let keep_alive = after_stop(inner, trigger, &delivery, drained).await;
     let mut out = not_run(why, !drained);
     out.keep_alive = keep_alive;
+    out.reported = !drained;
     out
 }
 
@@ -709,6 +799,7 @@ async fn stale_identity(
         return Some(Recheck::Failed(
             StopReason::AccountMismatch,
             FlushEnd::Transient,
+            None,
         ));
     }
     who.stale_rechecked = true;
@@ -776,11 +867,45 @@ struct Sent {
     generation: u32,
     /// Not sent, and why.
     held: Option<Held>,
+    /// A 2xx answer, for `MUTATION_SETTLED` (r3).
+    settled: Option<Answered>,
+    /// The request carried the session's credential (a 401 to it asks for a new one).
+    carried_credential: bool,
+}
+
+/// A replayed write's 2xx answer as pages get it (r3, contract 5): its status, and its
+/// body when it is text or JSON read whole within 64 KiB and the attempt's deadline.
+struct Answered {
+    key: String,
+    owner: Option<String>,
+    status: u16,
+    content_type: Option<String>,
+    body: Option<String>,
+}
+
+impl Answered {
+    /// The report, with the account whose windows get it.
+    fn report(self, id: RecordId) -> (String, Outgoing) {
+        let account = self.owner.clone().unwrap_or_default();
+        (
+            account,
+            Outgoing::Settled {
+                id,
+                idempotency_key: self.key,
+                owner_id: self.owner,
+                status: self.status,
+                content_type: self.content_type,
+                body: self.body,
+            },
+        )
+    }
 }
 
 /// What a lane is given with its record: the identity it is sent under.
 struct Lane {
     csrf: Option<String>,
+    /// A bearer session's credential: sent with the records of its own account.
+    credential: Option<Credential>,
     /// The record never left the worker (its mark is committed strictly).
     first_send: bool,
     generation: u32,
@@ -797,15 +922,36 @@ fn credentials_mode(c: Credentials) -> RequestCredentials {
     }
 }
 
-/// The answer as `core::answer::classify` reads it, its body read within bounds.
-async fn read_answer(response: Response, deadline: &Deadline) -> Verdict {
+/// The answer as `core::answer::classify` reads it, its body read within bounds; for a
+/// 2xx, what pages are told of it (`MUTATION_SETTLED`, r3): the body is read only when
+/// it is text or JSON, at most 64 KiB, within the attempt's deadline — a bigger,
+/// binary, stalled or cut one is not given, and the write is settled all the same.
+async fn read_answer(response: Response, deadline: &Deadline) -> (Verdict, Option<TwoXx>) {
     let headers = response.headers();
     let retry_after = header(&headers, "Retry-After");
     let replayed = header(&headers, "Idempotent-Replayed")
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
     let status = response.status();
+    let content_type = header(&headers, "Content-Type");
     let opaque_redirect = response.type_() == ResponseType::Opaqueredirect;
-    let body = if (200..300).contains(&status) || opaque_redirect {
+    let two_xx = (200..300).contains(&status) && !opaque_redirect;
+    if two_xx {
+        let body = if is_textual(content_type.as_deref()) {
+            let read = read_bounded(&response, deadline).await;
+            (read.complete && !read.text.is_empty()).then_some(read.text)
+        } else {
+            discard_body(&response);
+            None
+        };
+        let verdict = classify(Some(ReplayAnswer::status(status)), now_ms());
+        let answered = TwoXx {
+            status,
+            content_type: content_type.filter(|_| body.is_some()),
+            body,
+        };
+        return (verdict, Some(answered));
+    }
+    let body = if opaque_redirect {
         discard_body(&response);
         None
     } else {
@@ -817,16 +963,31 @@ async fn read_answer(response: Response, deadline: &Deadline) -> Verdict {
         (None, Some(b)) if !b.text.is_empty() => AnswerBody::Text(&b.text),
         _ => AnswerBody::None,
     };
-    classify(
-        Some(ReplayAnswer {
+    let answer = ReplayAnswer {
+        status,
+        opaque_redirect,
+        retry_after: retry_after.as_deref(),
+        replayed,
+        body: answer_body,
+    };
+    let verdict = classify(Some(answer), now_ms());
+    // A ledger that kept only the status of a 2xx (`idempotency_replay_unavailable`):
+    // settled with that status, no body.
+    let stored = replay_unavailable_status(&answer)
+        .filter(|_| verdict == Verdict::Replayed)
+        .map(|status| TwoXx {
             status,
-            opaque_redirect,
-            retry_after: retry_after.as_deref(),
-            replayed,
-            body: answer_body,
-        }),
-        now_ms(),
-    )
+            content_type: None,
+            body: None,
+        });
+    (verdict, stored)
+}
+
+/// A 2xx answer's status and readable body.
+struct TwoXx {
+    status: u16,
+    content_type: Option<String>,
+    body: Option<String>,
 }
 
 /// Sends one record and persists what its answer means.
@@ -839,6 +1000,8 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
         persisted,
         generation,
         held: None,
+        settled: None,
+        carried_credential: false,
     };
     let held = |why| Sent {
         id,
@@ -847,6 +1010,8 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
         persisted: true,
         generation,
         held: Some(why),
+        settled: None,
+        carried_credential: false,
     };
     if !inner.replay_allowed(lane.checked) {
         return held(Held::SignIn);
@@ -917,6 +1082,14 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
     if let Some(t) = &lane.csrf {
         let _ = headers.set(&cfg.csrf_header, t);
     }
+    // The session's credential, for its own account's records only (r3); a page's own
+    // `Authorization` is never stored, so this is the only one a replay carries.
+    let authorization = lane
+        .credential
+        .as_ref()
+        .and_then(|c| c.for_owner(meta.owner.as_deref()));
+    let carried_credential =
+        authorization.is_some_and(|a| headers.set("Authorization", a.as_str()).is_ok());
     if let Some(ct) = &meta.content_type {
         let _ = headers.set("Content-Type", ct);
     }
@@ -939,10 +1112,10 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
     if !inner.replay_allowed(lane.checked) {
         return held(Held::SignIn);
     }
-    let verdict = match send(&init, &url, cfg.attempt_timeout_ms, None).await {
+    let (verdict, two_xx) = match send(&init, &url, cfg.attempt_timeout_ms, None).await {
         Err(_) => {
             inner.network_failed();
-            classify(None, now_ms())
+            (classify(None, now_ms()), None)
         }
         Ok((response, deadline)) => {
             inner.network_answered();
@@ -970,5 +1143,18 @@ async fn send_one(inner: &Rc<Inner>, id: RecordId, lane: Lane) -> Sent {
     if let Some((step, lane)) = step {
         inner.hand_over_step(step, lane);
     }
-    done(verdict, attention, true)
+    let settled = two_xx
+        .filter(|_| verdict == Verdict::Replayed)
+        .map(|a| Answered {
+            key: key.as_str().to_owned(),
+            owner: meta.owner.clone(),
+            status: a.status,
+            content_type: a.content_type,
+            body: a.body,
+        });
+    Sent {
+        settled,
+        carried_credential,
+        ..done(verdict, attention, true)
+    }
 }

@@ -222,11 +222,13 @@ impl IdentityAnswer {
 }
 
 /// `GET authMePath` with credentials and no cache; with `expected` set, the
-/// expected-account header too. The CSRF token is the body's `csrfToken`, else the
+/// expected-account header too, and with `authorization` (a bearer session's credential,
+/// r3) the `Authorization` header. The CSRF token is the body's `csrfToken`, else the
 /// `csrf_header` answer header (`csrfHeader`).
 pub async fn identity(
     url: &str,
     expected: Option<(&str, &str)>,
+    authorization: Option<&str>,
     timeout_ms: u32,
     csrf_header: &str,
 ) -> IdentityAnswer {
@@ -234,12 +236,19 @@ pub async fn identity(
     init.set_method("GET");
     init.set_credentials(RequestCredentials::Include);
     init.set_cache(RequestCache::NoStore);
-    if let Some((name, owner)) = expected {
+    if expected.is_some() || authorization.is_some() {
         let Ok(headers) = Headers::new() else {
             return IdentityAnswer::Offline;
         };
-        if headers.set(name, owner).is_err() {
-            return IdentityAnswer::Offline;
+        if let Some((name, owner)) = expected {
+            if headers.set(name, owner).is_err() {
+                return IdentityAnswer::Offline;
+            }
+        }
+        if let Some(a) = authorization {
+            if headers.set("Authorization", a).is_err() {
+                return IdentityAnswer::Offline;
+            }
         }
         init.set_headers(&headers);
     }

@@ -9,7 +9,10 @@
 //! naming the field), and only `ids` may be an array, read no further than one element
 //! past the longest list a command accepts.
 
-use crate::protocol::{Limits, ARRAY_FIELD, BODY_FIELD, MAX_FIELD_CHARS, MESSAGE_FIELDS};
+use crate::core::credential::MAX_AUTHORIZATION_LEN;
+use crate::protocol::{
+    Limits, ARRAY_FIELD, AUTHORIZATION_FIELD, BODY_FIELD, MAX_FIELD_CHARS, MESSAGE_FIELDS,
+};
 use js_sys::{Array, Reflect};
 use serde_json::{Map, Number, Value};
 use wasm_bindgen::{JsCast, JsValue};
@@ -77,6 +80,10 @@ pub fn read_message(data: &JsValue, limits: Limits) -> Value {
         }
         let value = if name == ARRAY_FIELD {
             list(&v, limits.max_ids)
+        } else if name == AUTHORIZATION_FIELD {
+            // A token may be longer than other fields; up to eight times the limit is
+            // still read as a string, so the parser names the limit and the length.
+            bounded(&v, MAX_AUTHORIZATION_LEN.saturating_mul(8))
         } else if name == BODY_FIELD {
             // Base64 is 4/3 of the bytes; a UTF-16 character is at least one byte.
             bounded(&v, (limits.max_body as usize).saturating_mul(4) / 3 + 4)

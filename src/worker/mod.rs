@@ -95,6 +95,8 @@ pub(crate) struct Inner {
     offline: offline::Offline,
     /// The sign-in barrier (`barrier`): no replay while a session may be changing.
     barrier: barrier::Barrier,
+    /// The account each window said it is on (`MUTATION_SETTLED` goes to those only).
+    accounts: clients::WindowAccounts,
     /// Sync events being handled now: a sync is never registered while one fires (it
     /// would fire again as soon as that one ends).
     syncs_firing: std::cell::Cell<u32>,
@@ -168,6 +170,7 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         retry: retry::RetryTimer::default(),
         offline: offline::Offline::default(),
         barrier: barrier::Barrier::default(),
+        accounts: clients::WindowAccounts::default(),
         syncs_firing: std::cell::Cell::new(0),
         background_sync: retry::has_background_sync(),
     });

@@ -56,7 +56,7 @@ impl Inner {
         }
         let cfg = &self.config;
         let url = absolute(&cfg.auth_me_path);
-        let answer = identity(&url, None, cfg.attempt_timeout_ms, &cfg.csrf_header).await;
+        let answer = identity(&url, None, None, cfg.attempt_timeout_ms, &cfg.csrf_header).await;
         if answer.network_answered() {
             self.network_answered();
             if self.store.count().await.unwrap_or(0) > 0 {

@@ -43,25 +43,33 @@ pub fn has_background_sync() -> bool {
 
 /// Registers a Background Sync where the API exists (Chromium); elsewhere the other
 /// triggers carry the replay. Registering a tag that is pending already changes nothing;
-/// one that gave up after its retries is registered anew.
-pub(crate) async fn register_sync(tag: &str) {
+/// one that gave up after its retries is registered anew. Whether a sync is registered
+/// (r3: the 202's and `MUTATION_QUEUED`'s `background`: the write can be delivered with
+/// no page of the site open).
+pub(crate) async fn register_sync(tag: &str) -> bool {
     let registration = scope().registration();
     let Ok(sync) = Reflect::get(&registration, &"sync".into()) else {
-        return;
+        return false;
     };
     let Some(register) = Reflect::get(&sync, &"register".into())
         .ok()
         .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
     else {
-        return;
+        return false;
     };
-    if let Ok(p) = register.call1(&sync, &JsValue::from_str(tag)) {
-        if let Ok(p) = p.dyn_into::<js_sys::Promise>() {
-            if let Err(e) = JsFuture::from(p).await {
-                web_sys::console::warn_1(
-                    &format!("sw-outbox: sync not registered: {}", describe(&e)).into(),
-                );
-            }
+    let Ok(p) = register.call1(&sync, &JsValue::from_str(tag)) else {
+        return false;
+    };
+    let Ok(p) = p.dyn_into::<js_sys::Promise>() else {
+        return false;
+    };
+    match JsFuture::from(p).await {
+        Ok(_) => true,
+        Err(e) => {
+            web_sys::console::warn_1(
+                &format!("sw-outbox: sync not registered: {}", describe(&e)).into(),
+            );
+            false
         }
     }
 }

@@ -22,10 +22,11 @@
 
 use super::chain::FifoLock;
 use super::Inner;
+use crate::core::credential::{bearer, Authorization, Bearer, Credential};
 use crate::core::lanes::{Lane, StoredLanes};
 use crate::core::record::RecordMeta;
 use crate::core::route::record_is_auth_route;
-use crate::store::{Generation, QueueItem};
+use crate::store::{Generation, QueueItem, SessionAuth};
 use std::cell::{Cell, RefCell};
 
 #[derive(Default)]
@@ -36,6 +37,13 @@ pub struct View {
     clears: Cell<u64>,
     /// The persisted session as of `generation`.
     session: RefCell<Option<String>>,
+    /// What that session's `AUTH_SESSION` persisted of a credential (r3).
+    session_auth: RefCell<SessionAuth>,
+    /// The credential this worker holds for the session: given by an `AUTH_SESSION` it
+    /// handled, or read back where `persistAuthorization` keeps it. Never in a record.
+    credential: RefCell<Option<Credential>>,
+    /// The credential a server answered 401 to (`core::credential::sign_in_flushes`).
+    refused: RefCell<Option<Authorization>>,
     /// An `AUTH_SESSION` not yet committed: binds writes at once (its number, its user).
     pending_session: RefCell<Option<(u64, Option<String>)>>,
     session_seq: Cell<u64>,
@@ -88,7 +96,37 @@ impl Inner {
             QueueItem::Record(m) => self.record_lane(m),
             QueueItem::Corrupt(..) => None,
         }));
+        // A credential read back (persistAuthorization) replaces the one in memory; without
+        // one, the memory's stays only while the session is still a bearer one (another
+        // worker's sign-out, or a cookie sign-in, drops it): `bearer` matches its account.
+        let mut auth = snap.auth;
+        if !self.config.persist_authorization {
+            // Stored by a version configured to keep it: this one does not use it.
+            auth.authorization = None;
+        }
+        let credential = match (&snap.session, &auth) {
+            (
+                Some(user),
+                SessionAuth {
+                    bearer: true,
+                    authorization: Some(a),
+                },
+            ) => Some(Credential {
+                user: user.clone(),
+                authorization: a.clone(),
+            }),
+            (
+                Some(_),
+                SessionAuth {
+                    bearer: true,
+                    authorization: None,
+                },
+            ) => self.view.credential.borrow().clone(),
+            _ => None,
+        };
+        *self.view.credential.borrow_mut() = credential;
         *self.view.session.borrow_mut() = snap.session;
+        *self.view.session_auth.borrow_mut() = auth;
         *self.view.stored.borrow_mut() = Some(lanes);
         self.view.clears.set(snap.generation.clears);
         self.view.generation.set(Some(snap.generation.n));
@@ -133,20 +171,59 @@ impl Inner {
         seq
     }
 
-    /// That `AUTH_SESSION` was persisted (`Some(before)`) or failed (`None`).
+    /// That `AUTH_SESSION` was persisted (`Some(before)`) or failed (`None`), with the
+    /// credential it carried (`given`) and what of it was persisted (`auth`).
     pub(crate) fn session_settled_as(
         &self,
         seq: u64,
         user: Option<String>,
+        given: Option<Authorization>,
+        auth: SessionAuth,
         before: Option<Generation>,
     ) {
         if let Some(before) = before {
-            self.committed(before, false, |v| *v.session.borrow_mut() = user);
+            // Held for this session whatever the view's generation: it is this worker's
+            // to keep (in memory), and `bearer` only uses it for its own account.
+            *self.view.credential.borrow_mut() = match (&user, given) {
+                (Some(u), Some(a)) => Some(Credential {
+                    user: u.clone(),
+                    authorization: a,
+                }),
+                _ => None,
+            };
+            self.committed(before, false, |v| {
+                *v.session.borrow_mut() = user;
+                *v.session_auth.borrow_mut() = auth;
+            });
         }
         let mut pending = self.view.pending_session.borrow_mut();
         if pending.as_ref().is_some_and(|(s, _)| *s == seq) {
             *pending = None;
         }
+    }
+
+    /// What the identity check of a flush (or a command) carries, or why it cannot be
+    /// made: the credential of a bearer session, or that it is missing (r3).
+    pub(crate) fn bearer(&self) -> Bearer {
+        let session = self.view.session.borrow();
+        bearer(
+            session.as_deref(),
+            self.view.session_auth.borrow().bearer,
+            self.view.credential.borrow().as_ref(),
+        )
+    }
+
+    /// The server answered 401 to this credential: the next `AUTH_SESSION` that gives it
+    /// again is not a reason to flush (`core::credential::sign_in_flushes`).
+    pub(crate) fn credential_refused(&self, refused: Option<&Authorization>) {
+        if let Some(a) = refused {
+            *self.view.refused.borrow_mut() = Some(a.clone());
+        }
+    }
+
+    /// The credential the server refused last, if any.
+    pub(crate) fn refused_credential(&self) -> Option<Authorization> {
+        self.view.refused.borrow().clone()
     }
 
     /// Whether an unresolved record (stored, or handed to the store) is ahead of a new
@@ -226,9 +303,12 @@ impl View {
         }
     }
 
-    /// `CLEAR_DEVICE` committed: no records, no session.
+    /// `CLEAR_DEVICE` committed: no records, no session, no credential.
     pub(crate) fn cleared(&self) {
         *self.stored.borrow_mut() = Some(StoredLanes::default());
         *self.session.borrow_mut() = None;
+        *self.session_auth.borrow_mut() = SessionAuth::default();
+        *self.credential.borrow_mut() = None;
+        *self.refused.borrow_mut() = None;
     }
 }

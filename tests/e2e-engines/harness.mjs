@@ -51,15 +51,16 @@ export async function installRecorders(page) {
  * Starts a server and a browser of `engine`. Call `close()` in `after`: it ends the
  * browser (with its driver) and the server, whatever failed before. `www` (default: env
  * SW_OUTBOX_WWW, else <repo>/www) is the folder the server serves; `requireWorker:
- * false` serves one that is not the demo (a site of its own, e.g. the npm package's).
+ * false` serves one that is not the demo (a site of its own, e.g. the npm package's);
+ * `serverArgs`: more flags of the server (e.g. `['--auth', 'bearer']`).
  */
 export async function startHarness({
-  engine, www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www'), requireWorker = true,
+  engine, www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www'), requireWorker = true, serverArgs = [],
 }) {
   const serverBin = resolve(repoRoot, process.env.SW_OUTBOX_SERVER_BIN || 'target/release/sw-outbox-server');
   checkPrerequisites({ serverBin, www, requireWorker });
 
-  const server = startServer(serverBin, www);
+  const server = startServer(serverBin, www, serverArgs);
   server.baseUrl.catch(() => {});
   const unhookServer = atProcessEnd(() => server.child.kill('SIGKILL'));
   let browser;

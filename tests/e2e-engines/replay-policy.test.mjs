@@ -393,7 +393,8 @@ forEachEngine((engine, harness) => {
       `the worker's replay of a got 409 in progress and b was not sent: ${JSON.stringify(sent)}`);
     assert.ok(retries.every(([key, status]) => key === a.key && (status === 409 || status === null)),
       `only a was retried, and in progress: ${JSON.stringify(retries)}`);
-    assert.ok(sent.some((s) => s.key === c.key && s.status === 201), 'the other workspace went on');
+    assert.ok(sent.some((s) => s.key === c.key && s.status === 201),
+      `the other workspace went on: ${JSON.stringify((await h.requests()).filter((x) => x.seq > since).map((x) => [x.seq, x.method, x.path, x.key === a.key ? 'a' : x.key === c.key ? 'c' : x.key, x.status]))} (flush at ${flushAt})`);
     // Not stopped (the other workspace went on), but a record was left to try again: when.
     const { retryAt, ...counts } = summary;
     assert.deepEqual(counts, { type: 'MUTATIONS_PARTIAL', replayed: 1, remaining: 2, stoppedBy: null });

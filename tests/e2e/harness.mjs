@@ -37,9 +37,10 @@ function checkPrerequisites({ serverBin, www, requireWorker }) {
 }
 
 /** Starts the server on a free port; resolves with its base URL once it accepts connections.
- * (The three-engine harness, tests/e2e-engines, starts it the same way.) */
-export function startServer(serverBin, www) {
-  const child = spawn(serverBin, ['--port', '0', '--mode', 'test', '--db', ':memory:', '--www', www], {
+ * (The three-engine harness, tests/e2e-engines, starts it the same way.) `args`: more
+ * flags (e.g. `['--auth', 'bearer']`). */
+export function startServer(serverBin, www, args = []) {
+  const child = spawn(serverBin, ['--port', '0', '--mode', 'test', '--db', ':memory:', '--www', www, ...args], {
     cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'],
   });
   const output = [];

@@ -13,6 +13,7 @@ import {
   type QueueRecord, type QueueState, type QueuedResponseBody, type RebindRecordsCommand,
   type RecordId, type RecoverRecordCommand, type Report, type ReportType, type RequestId,
   type SetNotificationsCommand, type WorkerMessage, type WriteMethod, type StopReason, type Delivery,
+  type MutationSettled, type AuthNeeded, type AuthorizationProvider,
 } from 'sw-outbox';
 import swOutbox, { type SwOutboxOptions } from 'sw-outbox/vite';
 import type { Plugin } from 'vite';
@@ -40,6 +41,8 @@ const config: OutboxConfig = {
   notificationUrl: '/',
   skipWaiting: false,
   build: 'ignored',
+  queueStatuses: [502, 503, 504],
+  persistAuthorization: false,
 };
 // @ts-expect-error a timer is a number of milliseconds
 const badConfig: OutboxConfig = { attemptTimeoutMs: '15s' };
@@ -73,12 +76,15 @@ swOutbox({ precache: 'everything' });
 const reportTypes: readonly ReportType[] = REPORT_TYPES;
 
 async function adopter(): Promise<void> {
+  const getAuthorization: AuthorizationProvider = async (userId: string) => `Bearer token-of-${userId}`;
   const outbox: OutboxClient = await registerOutbox({
-    scriptUrl: '/sw.js', scope: '/', timeoutMs: 10000, commandTimeoutMs: 60000, persist: 'first-queued',
+    scriptUrl: '/sw.js', scope: '/', timeoutMs: 10000, commandTimeoutMs: 60000, persist: 'first-queued', getAuthorization,
   });
   await registerOutbox({ persist: 'now' });
   // @ts-expect-error persist is 'never', 'first-queued' or 'now'
   await registerOutbox({ persist: true });
+  // @ts-expect-error a provider resolves with a header value, not a token object
+  await registerOutbox({ getAuthorization: async () => ({ accessToken: 'x' }) });
   const registration: ServiceWorkerRegistration | undefined = outbox.registration;
   const registered: ServiceWorkerRegistration | undefined = await outbox.registered;
   await outbox.controlled;
@@ -113,6 +119,14 @@ async function adopter(): Promise<void> {
   const notAStop: StopReason = 'network';
   void notAStop;
   outbox.on('MUTATION_QUEUED', (m: MutationQueued) => m.path);
+  outbox.on('MUTATION_QUEUED', (m: MutationQueued) => (m.background ? 'sent in the background' : 'sent next time'));
+  outbox.on('MUTATION_SETTLED', (m: MutationSettled) => {
+    const created: unknown = m.body !== undefined && m.contentType?.includes('json') ? JSON.parse(m.body) : null;
+    const status: number = m.status;
+    const key: string = m.idempotencyKey;
+    void [created, status, key];
+  });
+  outbox.on('AUTH_NEEDED', (m: AuthNeeded) => m.userId);
   outbox.on('SHOW_RECORD', (m: ShowRecord) => m.id);
   // @ts-expect-error MUTATIONS_REPLAYED carries a count, not a list
   outbox.on('MUTATIONS_REPLAYED', (m) => m.blocked);
@@ -132,6 +146,10 @@ async function adopter(): Promise<void> {
 
   const session: CommandResult = await outbox.authSession(null);
   const signed: CommandResult = await outbox.signedIn('alice');
+  const bearerSigned: CommandResult = await outbox.signedIn('alice', 'Bearer abc');
+  await outbox.authSession('alice', 'Bearer abc');
+  // @ts-expect-error the credential is a header value (a string)
+  await outbox.authSession('alice', { token: 'abc' });
   const flushed: CommandResult = await outbox.flush();
   const affected: number | undefined = flushed.affected;
   const state: QueueState = await outbox.list();
@@ -168,6 +186,7 @@ async function adopter(): Promise<void> {
   const listed: QueueState = await outbox.send({ type: 'LIST_QUEUE', requestId } satisfies ListQueueCommand);
   const commands: Command[] = [
     { type: 'AUTH_SESSION', userId: 'alice' } satisfies AuthSessionCommand,
+    { type: 'AUTH_SESSION', userId: 'alice', authorization: 'Bearer abc' } satisfies AuthSessionCommand,
     { type: 'FLUSH_QUEUE' } satisfies FlushQueueCommand,
     { type: 'REBIND_RECORDS', ownerId: 'alice', ids: [1] } satisfies RebindRecordsCommand,
     { type: 'RECOVER_RECORD', id: 1, ownerId: 'alice', action: 'retry-new' } satisfies RecoverRecordCommand,
@@ -191,13 +210,14 @@ async function adopter(): Promise<void> {
   if (response.status === 202) {
     const queued: QueuedResponseBody = await response.json();
     const key: string = queued.idempotencyKey;
-    void key;
+    const background: boolean = queued.background;
+    void [key, background];
   } else if (response.status === 503) {
     const body: NotQueuedResponseBody | OfflineResponseBody = await response.json();
     void body;
   }
 
-  void [registration, registered, persisted, granted, waiting, applied, timeout, session, signed, affected, attention, listed,
+  void [registration, registered, persisted, granted, waiting, applied, timeout, session, signed, bearerSigned, affected, attention, listed,
     answered, future, names, badCommand, written, aborted, read, readCommand, edited, noBody];
 }
 
