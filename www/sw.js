@@ -295,13 +295,21 @@ function startFlush(o) {
  * `no-store`, not `reload`: Firefox's offline mode answers a `reload` from its cache. */
 const fresh = (url) => new Request(url, { cache: 'no-store' });
 
-/** Adds back precached files missing from this build's cache. */
+/** Adds back precached files missing from this build's cache. Never to a cache that is
+ * gone: its successor's activation deleted it (opening would create it again, and it
+ * would outlive this build), under the lock that activation holds, so the check and the
+ * adds cannot interleave with that deletion. */
 async function restoreShell() {
-  try {
+  const restore = async () => {
+    if (!(await caches.has(CACHE))) return;
     const cache = await caches.open(CACHE);
     for (const url of CONFIG.precache) {
       if (!(await cache.match(url))) await cache.add(fresh(url)).catch(() => {});
     }
+  };
+  try {
+    const locks = self.navigator && self.navigator.locks;
+    await (locks ? locks.request(CACHES_LOCK, restore) : restore());
   } catch (e) {
     console.warn('sw-outbox: app shell not restored', e);
   }
@@ -351,7 +359,10 @@ self.addEventListener('install', (event) => {
     // With `skipWaiting: false` the new version waits for a page's SKIP_WAITING (or for
     // every page of the old one to close), so a site can prompt before it takes over.
     if (skipRequested) await self.skipWaiting();
-  })());
+  })().catch((e) => {
+    console.error('sw-outbox: this version did not install', e);
+    throw e;
+  }));
 });
 
 /** Cache Storage is the origin's, shared by all its registrations: two registrations
@@ -362,6 +373,8 @@ self.addEventListener('install', (event) => {
  * offline from its cache (issue 27, 6). A cache written before this record existed lists
  * nobody and is deleted as before. Under a Web Lock where there is one, so two
  * registrations activating at once do not lose each other's entry. */
+/** The Web Lock under which caches of this origin's builds are deleted or added to. */
+const CACHES_LOCK = 'sw-outbox:caches';
 const CACHE_OWNERS = new URL('/__sw-outbox/cache-owners', self.location.href).href;
 
 async function cacheOwners(cache) {
@@ -396,7 +409,7 @@ async function dropOlderCaches() {
 self.addEventListener('activate', (event) => {
   event.waitUntil((async () => {
     const locks = self.navigator && self.navigator.locks;
-    await (locks ? locks.request('sw-outbox:caches', dropOlderCaches) : dropOlderCaches())
+    await (locks ? locks.request(CACHES_LOCK, dropOlderCaches) : dropOlderCaches())
       .catch((e) => console.warn('sw-outbox: older caches not cleaned up', e));
     // Another version may have changed the session or the queue while this one
     // waited: its view is checked here. (Chromium may hand it a page's fetch before

@@ -114,6 +114,16 @@ forEachEngine((engine, harness) => {
     const oldTime = await stat(buildJs);
     await writeFile(buildJs, `self.SW_OUTBOX_BUILD = "${newId}";\n`);
     await utimes(buildJs, oldTime.atime, oldTime.mtime);
+    // What the new version goes through, for a failure's message.
+    await page.evaluate(async () => {
+      window.__update = [];
+      const reg = await navigator.serviceWorker.getRegistration();
+      reg.addEventListener('updatefound', () => {
+        const w = reg.installing;
+        window.__update.push(`${Date.now() % 100000} found`);
+        w?.addEventListener('statechange', () => window.__update.push(`${Date.now() % 100000} ${w.state}`));
+      });
+    });
     // The browser's update check, as on a navigation: one is enough.
     await page.evaluate(async () => (await navigator.serviceWorker.getRegistration()).update());
     let caches;
@@ -125,7 +135,8 @@ forEachEngine((engine, harness) => {
     } catch (e) {
       const c = await cacheContents(page).catch((err) => String(err));
       e.message += `\nlast seen: caches ${JSON.stringify(typeof c === 'string' ? c : Object.keys(c))}, `
-        + `${JSON.stringify(await outboxState(page))}`;
+        + `${JSON.stringify(await outboxState(page))}, the new version: `
+        + `${JSON.stringify(await page.evaluate(() => window.__update).catch((err) => String(err)))}`;
       throw e;
     }
     assert.ok(caches[`sw-outbox-${newId}`].includes('/index.html'), 'the new shell is precached');

@@ -138,8 +138,8 @@ forEachEngine((engine, harness) => {
       const page = await openWith(h, {});
       await h.setNetwork(false);
       const alices = await queuedWrite(page, P('secret'), { title: 'alice only' });
-      await h.setNetwork(true);
       await h.control('faults', { rules: [{ path: '/api/projects/secret/tasks', method: 'POST', kind: 'refuse' }] });
+      await h.setNetwork(true);
       await signOutThroughUi(page);
       await signIn(page, 'bob');
       for (const owner of ['alice', 'bob']) {

@@ -56,7 +56,6 @@ forEachEngine((engine, harness) => {
     await h.setNetwork(false);
     const x = await queuedWrite(page, P('p1'), { title: 'retry me' });
     const y = await queuedWrite(page, P('p2'), { title: 'discard me' });
-    await h.setNetwork(true);
     await h.control('faults', {
       rules: [
         { path: P('p1'), kind: 'outcome-unknown', times: 1 },
@@ -64,6 +63,7 @@ forEachEngine((engine, harness) => {
       ],
     });
     await clearReports(page);
+    await h.setNetwork(true);
     const r = await flush(page);
     assert.equal(r.ok, true, JSON.stringify(r));
     assert.equal(r.affected, 0);
@@ -148,7 +148,6 @@ forEachEngine((engine, harness) => {
     await h.setNetwork(false);
     const x = await queuedWrite(page, P('p1'), { title: 'retry me' });
     const y = await queuedWrite(page, P('p2'), { title: 'discard me' });
-    await h.setNetwork(true);
     await h.control('faults', {
       rules: [
         { path: P('p1'), kind: 'outcome-unknown', times: 1 },
@@ -156,6 +155,7 @@ forEachEngine((engine, harness) => {
       ],
     });
     await clearReports(page);
+    await h.setNetwork(true);
     await page.getByTestId('outbox-flush').click(); // "Send now"
     const { blocked } = await waitForFlushReports(page);
     assert.deepEqual(blocked?.blocked.map((b) => [b.id, b.reason]).sort(), [[x.id, 'outcome-unknown'], [y.id, 'outcome-unknown']]);

@@ -308,8 +308,8 @@ forEachEngine((engine, harness) => {
       for (let i = 0; i < 6; i += 1) {
         first.push(await queuedWrite(i % 2 ? page2 : page, P(i % 3 ? 'p1' : 'p2'), { title: `two tabs ${i}` }));
       }
-      await h.setNetwork(true);
       await h.control('faults', { rules: [{ path: '/api/projects/*/tasks', method: 'POST', kind: 'delay', delayMs: 300 }] });
+      await h.setNetwork(true);
       const part1 = await watchConcurrentKeys(h, async () => {
         const [r1, r2] = await Promise.all([flush(page), flush(page2)]);
         assert.equal(r1.ok && r2.ok, true, `${JSON.stringify(r1)} ${JSON.stringify(r2)}`);
@@ -343,9 +343,9 @@ forEachEngine((engine, harness) => {
       for (let i = 0; i < 5; i += 1) {
         second.push(await queuedWrite(i % 2 ? page2 : page, P(i < 3 ? 'p1' : 'p3'), { title: `update ${i}` }));
       }
-      await h.setNetwork(true);
       await h.control('faults', { rules: [{ path: '/api/projects/*/tasks', method: 'POST', kind: 'delay', delayMs: 1500 }] });
       const since = await lastSeq(h);
+      await h.setNetwork(true);
       const oldScript = await page.evaluate(() => navigator.serviceWorker.controller.scriptURL);
       const newConfig = { replayConcurrency: 2 };
       const part2 = await watchConcurrentKeys(h, async () => {

@@ -60,11 +60,13 @@ forEachEngine((engine, harness) => {
       const q = await queuedWrite(page, '/api/projects/p2/tasks', { title: 'queued, then the worker stopped' });
       const starts = await h.workerStarts();
       await h.stopWorkers();
-      await h.setNetwork(true);
-      // The next message starts the worker again; its queue is read from IndexedDB.
+      // The next message starts the worker again; its queue is read from IndexedDB. The
+      // network stays down until the record is seen: the restarted worker's start flush
+      // would otherwise replay it before the listing.
       const records = await listQueue(page);
       await eventually(async () => await h.workerStarts() > starts, { what: 'the command to start the stopped worker again' });
       assert.deepEqual(records.map((x) => [x.id, x.ownerId, x.state]), [[q.id, 'alice', 'queued']], 'the record survived the stop');
+      await h.setNetwork(true);
       const flushed = await page.evaluate(() => window.demo.client.flush());
       assert.equal(flushed.ok, true, JSON.stringify(flushed));
       const applied = await eventually(async () => { const a = await h.applied(); return a.length ? a : null; }, { what: 'the replay' });
