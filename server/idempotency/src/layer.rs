@@ -9,9 +9,9 @@
 //! 3. [`Ledger::begin`] commits a running claim **before** the route runs, so a crash
 //!    mid-route leaves a claim that every retry reads as "outcome unknown" instead of
 //!    applying the write a second time;
-//! 4. while the route runs, the claim's heartbeat is refreshed inside the request's own
-//!    future: a request cancelled (the client went away) or a process that died stops
-//!    heartbeating, and its claim goes stale;
+//! 4. the route runs in a task of its own, to its end even when the client goes away
+//!    (its answer is stored, and the client's retry gets it), while the claim's heartbeat
+//!    is refreshed; only a process that died stops heartbeating, and its claim goes stale;
 //! 5. the answer (any status) is stored and the claim completed. An answer body with a
 //!    known length within `max_stored_answer` is read and stored whole; one that is
 //!    streamed (no exact length, or `text/event-stream`) or larger is passed on as it
@@ -46,6 +46,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tower_layer::Layer;
 use tower_service::Service;
+use tracing::Instrument;
 
 /// The request header that carries the key.
 pub const KEY_HEADER: &str = "idempotency-key";
@@ -296,7 +297,25 @@ where
         return Ok(answer);
     }
     let req = Request::from_parts(parts, IdempotencyBody::held(bytes, trailers));
-    layer.run_claimed(claim, inner, req).await
+    // The claimed route runs in a task of its own, to its end, even when the client goes
+    // away (hyper drops a request's future when its connection closes): a route cut off
+    // midway may have done part of its work with no answer stored, and every retry of the
+    // key would then get "outcome unknown", for a person to sort out. Run to its end, the
+    // route's answer is stored and the retry gets it. The request body is already read,
+    // so nothing of the client is needed.
+    let run = async move { layer.run_claimed(claim, inner, req).await };
+    match tokio::spawn(run.in_current_span()).await {
+        Ok(answer) => answer,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => {
+            // Only a runtime shutting down cancels the task.
+            tracing::error!(error = %e, "sw-outbox-idempotency: a claimed route was cancelled");
+            Ok(answers::detail(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                detail::LEDGER_ERROR,
+            ))
+        }
+    }
 }
 
 /// What became of a claimed route's answer body.
