@@ -58,8 +58,8 @@ forEachEngine((engine, harness) => {
     const y = await queuedWrite(page, P('p2'), { title: 'discard me' });
     await h.control('faults', {
       rules: [
-        { path: P('p1'), kind: 'outcome-unknown', times: 1 },
-        { path: P('p2'), kind: 'outcome-unknown', times: 1 },
+        { path: P('p1'), method: 'POST', kind: 'outcome-unknown', times: 1 },
+        { path: P('p2'), method: 'POST', kind: 'outcome-unknown', times: 1 },
       ],
     });
     await clearReports(page);
@@ -150,8 +150,8 @@ forEachEngine((engine, harness) => {
     const y = await queuedWrite(page, P('p2'), { title: 'discard me' });
     await h.control('faults', {
       rules: [
-        { path: P('p1'), kind: 'outcome-unknown', times: 1 },
-        { path: P('p2'), kind: 'outcome-unknown', times: 1 },
+        { path: P('p1'), method: 'POST', kind: 'outcome-unknown', times: 1 },
+        { path: P('p2'), method: 'POST', kind: 'outcome-unknown', times: 1 },
       ],
     });
     await clearReports(page);

@@ -220,7 +220,7 @@ forEachEngine((engine, harness) => {
     await h.setNetwork(false);
     const a = await queuedWrite(page, P('p1'), { title: 'maybe applied' });
     const b = await queuedWrite(page, P('p1'), { title: 'after it' });
-    await h.control('faults', { rules: [{ path: '/api/projects/p1/tasks', kind: 'outcome-unknown', times: 1 }] });
+    await h.control('faults', { rules: [{ path: '/api/projects/p1/tasks', method: 'POST', kind: 'outcome-unknown', times: 1 }] });
     const since = await lastSeq(h);
     await clearReports(page);
     await h.setNetwork(true);
@@ -254,7 +254,7 @@ forEachEngine((engine, harness) => {
     const b = await queuedWrite(page, P('p1'), { title: 'second' });
     const c = await queuedWrite(page, NOTES, { text: 'note' });
     const d = await queuedWrite(page, P('p2'), { title: 'other project' });
-    await h.control('faults', { rules: [{ path: '/api/projects/p1/tasks', kind: 'status', status: 503, retryAfter: '1', times: 1 }] });
+    await h.control('faults', { rules: [{ path: '/api/projects/p1/tasks', method: 'POST', kind: 'status', status: 503, retryAfter: '1', times: 1 }] });
     const since = await lastSeq(h);
     await clearReports(page);
     await h.setNetwork(true);
@@ -294,7 +294,7 @@ forEachEngine((engine, harness) => {
     const a = await queuedWrite(page, P('p1'), { title: 'in flight when the worker dies' });
     const b = await queuedWrite(page, P('p2'), { title: 'independent' });
     const c = await queuedWrite(page, NOTES, { text: 'behind the barrier' });
-    await h.control('faults', { rules: [{ path: '/api/projects/p1/tasks', kind: 'hang' }] });
+    await h.control('faults', { rules: [{ path: '/api/projects/p1/tasks', method: 'POST', kind: 'hang' }] });
     const since = await lastSeq(h);
     await h.setNetwork(true);
 
