@@ -356,9 +356,16 @@ async function refreshOutbox() {
   }
 }
 
-/** The page helper's state changed: the panel and the lists' queued entries follow it. */
+/** The page helper's state changed: the panel and the lists' queued entries follow it.
+ * Only what changed is drawn again: the flushes that retry while offline change the
+ * delivery status alone, and rebuilding the list under a person's click would lose it. */
 function onOutboxState(next) {
+  const last = state.outbox;
   state.outbox = next;
+  if (last && next.records === last.records && next.blocked === last.blocked && next.account === last.account) {
+    renderDelivery();
+    return;
+  }
   // Ids only grow: a write newer than every record known was queued after this state.
   const ids = new Set(next.records.map((r) => r.id));
   const newest = Math.max(0, ...ids);
@@ -503,7 +510,10 @@ function action(testid, label, run, cls = 'secondary') {
     onclick: async (e) => {
       e.target.disabled = true;
       const r = await run().catch((err) => ({ ok: false, reason: err.message }));
-      $('outbox-summary').textContent = r.ok ? `${label}: done` : `${label} refused: ${r.reason}`;
+      const said = r.ok ? `${label}: done` : `${label} refused: ${r.reason}`;
+      $('outbox-summary').textContent = said;
+      // Kept apart too: the report of the flush that follows a change rewrites the summary.
+      $('action-result').textContent = said;
       refreshOutbox();
     },
   }, label);

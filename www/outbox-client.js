@@ -1374,15 +1374,24 @@ export class OutboxStore {
    * @param {Partial<OutboxState>} patch
    */
   update(patch) {
-    const next = { ...this.current, ...patch };
-    const records = Object.freeze(next.records.map((r) => Object.freeze(r)));
+    const prev = this.current;
+    // What the patch does not change keeps its identity, so a UI that compares parts
+    // (`state.records !== last.records`) redraws only what changed.
+    const records = patch.records && patch.records !== prev.records
+      ? Object.freeze(patch.records.map((r) => Object.freeze(r))) : prev.records;
+    const account = patch.account !== undefined ? patch.account : prev.account;
+    const pending = records === prev.records && account === prev.account
+      ? prev.pending
+      : Object.freeze(account === null ? [] : records.filter((r) => r.ownerId === account));
     this.current = Object.freeze({
-      ...next,
+      ...prev,
+      ...patch,
       records,
-      pending: Object.freeze(next.account === null ? [] : records.filter((r) => r.ownerId === next.account)),
-      blocked: Object.freeze([...next.blocked]),
-      delivery: Object.freeze({ ...next.delivery }),
-      settled: Object.freeze([...next.settled]),
+      account,
+      pending,
+      blocked: patch.blocked ? Object.freeze([...patch.blocked]) : prev.blocked,
+      delivery: patch.delivery ? Object.freeze({ ...patch.delivery }) : prev.delivery,
+      settled: patch.settled ? Object.freeze([...patch.settled]) : prev.settled,
     });
     for (const fn of [...this.listeners]) {
       try { fn(this.current); } catch (err) { console.error('outbox: state listener failed', err); }

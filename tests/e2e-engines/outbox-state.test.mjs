@@ -8,14 +8,15 @@
 // - a write the server refuses on replay is blocked with its reason, and a flush that
 //   stops (the network down) leaves `delivery` with its reason and its retry time, as
 //   LIST_QUEUE says, and the demo's panel says so in words;
-// - the demo's panel cancels a queued write offline: gone from the state, its
-//   settlement rejected, never sent.
+// - offline, the demo's panel reads and edits a queued write (and refuses to edit one
+//   whose attempt went out), and cancels another: gone from the state, its settlement
+//   rejected, never sent; back online the edit is applied once, in its place.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { lacks } from './engines.mjs';
 import {
   apiCall, clearReports, eventually, flush, forEachEngine, freshStart, lastSeq, messages, queuedWrite, sentWithKey, signIn,
-  withDiagnostics,
+  storedRecord, withDiagnostics,
 } from './outbox-helpers.mjs';
 
 const P1 = '/api/projects/p1/tasks';
@@ -150,35 +151,73 @@ forEachEngine((engine, harness) => {
       assert.deepEqual(done.pending.map((r) => r.id), [refused.id], 'only the refused write waits, for a person');
     }));
 
-  test('the demo\'s panel cancels a queued write offline: gone from the state, its settlement rejected, never sent',
+  test('offline, the demo\'s panel reads, edits and cancels queued writes: the cancelled one gone from the state, its settlement rejected, never sent',
     withDiagnostics(harness, async () => {
       const h = harness();
       // The browser's own switch where it has one; else the server drops every connection.
       const offline = (on) => (lacks(engine, 'setOffline') ? h.setNetwork(!on) : h.setOffline(on));
       const page = await freshStart(h);
       await signIn(page, 'alice');
-      await offline(true);
-      let w;
+      // What the panel said of the last action (the flush report after it has its own line),
+      // added to a failure of `waiting`.
+      const telling = (waiting) => waiting.catch(async (err) => {
+        err.message += `; the panel says ${JSON.stringify(await page.evaluate(() => document.querySelector('[data-testid="action-result"]').textContent))}`;
+        throw err;
+      });
+      const said = (text) => telling(page.getByTestId('action-result').filter({ hasText: text }).waitFor({ timeout: 20000 }));
+      let w0;
+      let w1;
+      let w2;
       let seq;
+      // The first write's attempt goes out and meets dropped connections (it may have
+      // been applied, for all the worker knows); then the browser goes offline, and the
+      // next writes are queued without an attempt (the network known down).
+      await h.setNetwork(false);
       try {
-        w = await queuedWrite(page, P2, { title: 'cancelled before it was sent' });
+        w0 = await queuedWrite(page, P1, { title: 'first, attempted' });
+        assert.equal(typeof (await storedRecord(page, w0.id)).firstSentAt, 'number', 'the first went out');
+        await offline(true);
+        w1 = await queuedWrite(page, P1, { title: 'with a typo' });
+        assert.equal((await storedRecord(page, w1.id)).firstSentAt, null, 'the second never left the worker');
+        w2 = await queuedWrite(page, P2, { title: 'cancelled before it was sent' });
+        await stateWhere(page, (s) => s.pending.length === 3, 'three writes pending');
+
+        // Read and edit the one that never left.
+        await page.getByTestId(`show-${w1.id}`).click();
+        await telling(page.getByTestId(`opened-${w1.id}`).waitFor({ timeout: 20000 }));
+        const body = await page.evaluate((id) => document.querySelector(`[data-testid="edit-body-${id}"]`).value, w1.id);
+        assert.deepEqual(JSON.parse(body), { title: 'with a typo' });
+        await page.getByTestId(`edit-body-${w1.id}`).fill(JSON.stringify({ title: 'fixed offline' }));
+        await page.getByTestId(`resend-${w1.id}`).click();
+        await said('Resend edited: done');
+        await page.getByTestId(`opened-${w1.id}`).waitFor({ state: 'detached', timeout: 10000 });
+        // The one whose attempt went out is shown as such, and its edit refused.
+        await page.getByTestId(`show-${w0.id}`).click();
+        await telling(page.getByTestId(`opened-${w0.id}`).filter({ hasText: 'may already have been applied' }).waitFor({ timeout: 20000 }));
+        await page.getByTestId(`resend-${w0.id}`).click();
+        await said('Resend edited refused: may-have-been-applied');
+
+        // Cancel the third.
         await page.evaluate((id) => {
           window.__settlement = window.demo.client.settlement(id).then((s) => ({ ok: s }), (e) => ({ error: e.name }));
-        }, w.id);
-        await page.getByTestId(`cancel-${w.id}`).click();
-        await page.getByTestId(`record-${w.id}`).waitFor({ state: 'detached', timeout: 20000 });
-        await page.getByTestId('outbox-count').filter({ hasText: /^0$/ }).waitFor({ timeout: 10000 });
+        }, w2.id);
+        await page.getByTestId(`cancel-${w2.id}`).click();
+        await page.getByTestId(`record-${w2.id}`).waitFor({ state: 'detached', timeout: 20000 });
+        await page.getByTestId('outbox-count').filter({ hasText: /^2$/ }).waitFor({ timeout: 10000 });
         const s = await outboxState(page);
-        assert.deepEqual([s.records, s.pending], [[], []]);
+        assert.deepEqual(s.pending.map((r) => [r.id, r.state]), [[w0.id, 'queued'], [w1.id, 'queued']]);
         assert.deepEqual(await page.evaluate(() => window.__settlement), { error: 'WriteNotSettledError' });
-        // (Where offline is the server dropping connections, the first attempt reached its
+        // (Where offline is the server dropping connections, a first attempt reached its
         // listener and was dropped unanswered: in the log, never applied.)
         seq = await lastSeq(h);
       } finally {
         await offline(false);
+        await h.setNetwork(true);
       }
       await flush(page);
-      assert.deepEqual((await sentWithKey(h, w.key)).filter((r) => r.seq > seq), [], 'never sent after the cancel');
-      assert.deepEqual(await h.applied(), []);
+      await stateWhere(page, (s) => s.pending.length === 0, 'both writes delivered');
+      const applied = (await h.applied()).map((a) => JSON.parse(a.body).title);
+      assert.deepEqual(applied, ['first, attempted', 'fixed offline'], 'the edit once, in its place; the cancelled write never');
+      assert.deepEqual((await sentWithKey(h, w2.key)).filter((r) => r.seq > seq), [], 'the cancelled write never sent after the cancel');
     }));
 });

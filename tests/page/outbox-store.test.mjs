@@ -44,6 +44,23 @@ test('starts empty and not ready; each change is a new frozen snapshot given to 
   assert.throws(() => { s.store.state.pending.push(record(3)); }, TypeError);
 });
 
+test('a change keeps the identity of the parts it does not change', () => {
+  const s = store();
+  signIn(s);
+  listed(s, [record(1), record(2, 'bob')]);
+  const before = s.store.state;
+  s.store.onMessage({ type: 'MUTATIONS_PARTIAL', replayed: 0, remaining: 2, stoppedBy: 'offline', retryAt: 5000 });
+  const after = s.store.state;
+  assert.notEqual(after, before);
+  assert.notEqual(after.delivery, before.delivery);
+  for (const part of ['records', 'pending', 'blocked', 'settled']) assert.equal(after[part], before[part], part);
+  s.store.onMessage(queued(1)); // heard again: nothing new
+  assert.equal(s.store.state.records, after.records);
+  s.store.onMessage(queued(3));
+  assert.notEqual(s.store.state.records, after.records);
+  assert.notEqual(s.store.state.pending, after.pending);
+});
+
 test('pending is the signed-in account\'s records only; a change of account re-reads the queue', () => {
   const s = store();
   signIn(s, 'alice');
