@@ -214,6 +214,8 @@ run_tests() {
   # packed tarball and the sw-outbox/vite plugin, and npm's publish checks (--dry-run:
   # nothing is published, no credentials needed; it asks the registry for the versions).
   suite types node --test tests/types/
+  # The page helper's state (OutboxStore) message by message, in Node (no browser API).
+  suite page-helper node --test tests/page/
   suite vite-app node --test --test-concurrency=1 tests/bundler/
   # The package README's recipes (the outbox beside Workbox, Serwist, vite-plugin-pwa, and
   # a static site), built once with the pinned libraries and run in the three engines.

@@ -31,6 +31,7 @@ const COPIES = [
 const DECLARATIONS = [
   ['www/outbox-client.d.ts', 'outbox-client.d.ts'],
   ['package/vite.d.ts', 'vite.d.ts'],
+  ['package/react.d.ts', 'react.d.ts'],
 ];
 
 const missing = COPIES.map(([from]) => from).filter((f) => !existsSync(join(root, f)));
@@ -43,7 +44,10 @@ for (const [from, to] of COPIES) {
   copyFileSync(join(root, from), join(pkg, to));
 }
 
-// vite.js imports the protocol's types from beside it, so tsc runs after the copies.
+// vite.js imports the protocol's types from beside it, so tsc runs after the copies. The
+// declarations of a previous run go first: beside the staged page helper, its old .d.ts
+// would be read instead of it (react.js imports the helper's types from there).
+for (const [, to] of DECLARATIONS) rmSync(join(pkg, to), { force: true });
 const out = mkdtempSync(join(tmpdir(), 'sw-outbox-types-'));
 try {
   const tsc = createRequire(join(root, 'package.json')).resolve('typescript/bin/tsc');

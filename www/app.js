@@ -20,8 +20,7 @@ const state = {
   reachable: null,      // 'online' | 'unreachable' | null (not known yet)
   tasks: { p1: [], p2: [] },
   notes: [],
-  records: [],          // QUEUE_STATE records
-  blocked: new Map(),   // id -> entry of the last MUTATIONS_BLOCKED
+  outbox: null,         // the page helper's state (client.state): records, blocked, delivery
   pending: [],          // {recordId, kind, pid?, text}: what the page queued, to show in lists
   opened: new Map(),    // id -> READ_RECORD's record, for the write a person is looking at
   focus: null,          // the record id a notification (or ?outboxRecord=) asked to show
@@ -342,39 +341,87 @@ function explain(reason, record = {}) {
   return REASONS[reason]?.(record) ?? reason;
 }
 
-let refreshing = null;
-let refreshAgain = false;
+/** The page helper's state of the outbox (kept current from the worker's reports). */
+function outboxState() {
+  return state.client?.state ?? state.outbox ?? { records: [], blocked: [], delivery: {}, background: null };
+}
 
-/** Re-reads the queue; coalesces bursts of reports into one LIST_QUEUE at a time. */
+/** Re-reads the queue (one LIST_QUEUE; the page helper's state takes the answer). */
 async function refreshOutbox() {
   if (!state.client) return renderOutbox();
-  if (refreshing) { refreshAgain = true; return refreshing; }
-  refreshing = (async () => {
-    do {
-      refreshAgain = false;
-      try {
-        const qs = await state.client.list();
-        state.records = qs.records ?? [];
-      } catch (err) {
-        $('outbox-summary').textContent = err.message;
-      }
-    } while (refreshAgain);
-    const ids = new Set(state.records.map((r) => r.id));
-    state.pending = state.pending.filter((p) => ids.has(p.recordId));
-    renderOutbox();
-    renderLists();
-  })().finally(() => { refreshing = null; });
-  return refreshing;
+  try {
+    await state.client.list();
+  } catch (err) {
+    $('outbox-summary').textContent = err.message;
+  }
+}
+
+/** The page helper's state changed: the panel and the lists' queued entries follow it.
+ * Only what changed is drawn again: the flushes that retry while offline change the
+ * delivery status alone, and rebuilding the list under a person's click would lose it. */
+function onOutboxState(next) {
+  const last = state.outbox;
+  state.outbox = next;
+  if (last && next.records === last.records && next.blocked === last.blocked && next.account === last.account) {
+    renderDelivery();
+    return;
+  }
+  // Ids only grow: a write newer than every record known was queued after this state.
+  const ids = new Set(next.records.map((r) => r.id));
+  const newest = Math.max(0, ...ids);
+  state.pending = state.pending.filter((p) => ids.has(p.recordId) || p.recordId > newest);
+  renderOutbox();
+  renderLists();
+}
+
+const STOPS = {
+  offline: 'the server cannot be reached',
+  'signed-out': 'nobody is signed in',
+  'identity-check': 'the server could not say who is signed in',
+  unauthorized: 'the server did not accept the session: sign in again',
+  'rate-limited': 'the server asked to wait',
+  'account-mismatch': 'the server is signed in to another account',
+  budget: 'there was more to send than one try allows',
+  storage: 'this device could not store the outbox',
+};
+
+/** A time of day as a person reads it: "10:42". */
+const clock = (ms) => new Date(ms).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+
+/** Delivery status: why the outbox waits, when it tries again, whether it can send with
+ * no page open ("will be sent next time you open the app" where there is no Background
+ * Sync). */
+function renderDelivery() {
+  const node = $('delivery-status');
+  const { records, delivery = {}, background } = outboxState();
+  const user = state.user?.id;
+  const waiting = records.filter((r) => r.state === 'queued' && (!r.ownerId || r.ownerId === user));
+  node.dataset.stoppedBy = delivery.stoppedBy ?? '';
+  node.dataset.retryAt = delivery.retryAt == null ? '' : String(delivery.retryAt);
+  node.dataset.background = background == null ? '' : String(background);
+  if (!waiting.length) {
+    node.textContent = '';
+    return;
+  }
+  const parts = [];
+  if (delivery.stoppedBy) parts.push(`Not sent yet: ${STOPS[delivery.stoppedBy] ?? delivery.stoppedBy}.`);
+  if (delivery.retryAt) parts.push(`Will retry at ${clock(delivery.retryAt)}.`);
+  else if (delivery.stoppedBy) parts.push('Will retry when you are back online or signed in.');
+  parts.push(background === false
+    ? 'Saved on this device: sent while this page is open, else it will be sent next time you open the app.'
+    : 'Saved on this device: sent in the background, even after you close the app.');
+  node.textContent = parts.join(' ');
 }
 
 function renderOutbox() {
-  $('outbox-count').textContent = String(state.records.length);
+  $('outbox-count').textContent = String(outboxState().records.length);
   const list = $('outbox-list');
   const user = state.user?.id;
+  const records = outboxState().records;
   // Another account's writes are not shown one by one: only that they exist (privacy on
   // a shared device), with the way to clear them.
-  const mine = state.records.filter((r) => !r.ownerId || r.ownerId === user);
-  const others = state.records.length - mine.length;
+  const mine = records.filter((r) => !r.ownerId || r.ownerId === user);
+  const others = records.length - mine.length;
   list.replaceChildren(...mine.map(renderRecord));
   if (others) {
     list.append(el('li', { 'data-testid': 'other-accounts' },
@@ -382,14 +429,15 @@ function renderOutbox() {
       el('span', { class: 'muted' }, 'they are sent when their owner signs in on this device'),
       el('div', { class: 'row' }, action('clear-others', 'Clear this device', async () => { await clearDevice(); return { ok: true }; }, 'danger'))));
   }
-  if (!state.records.length) list.append(el('li', { class: 'empty' }, 'Nothing waiting.'));
+  if (!records.length) list.append(el('li', { class: 'empty' }, 'Nothing waiting.'));
+  renderDelivery();
   if (state.focus !== null) {
     document.querySelector(`[data-testid="record-${state.focus}"]`)?.scrollIntoView({ block: 'center' });
   }
 }
 
 function renderRecord(rec) {
-  const blocked = state.blocked.get(rec.id);
+  const blocked = outboxState().blocked.find((b) => b.id === rec.id);
   const info = { ...rec, ...blocked };
   const reason = rec.state === 'needs-attention' ? (rec.attentionReason ?? blocked?.reason) : blocked?.reason;
   const where = rec.workspace ? (PROJECTS[rec.workspace] ?? `project ${rec.workspace}`) : 'account-level';
@@ -401,6 +449,10 @@ function renderRecord(rec) {
   const own = user && rec.ownerId === user;
   if (own && (rec.state === 'needs-attention' || rec.state === 'queued')) {
     buttons.push(action(`show-${rec.id}`, 'Show', () => openRecord(rec.id)));
+  }
+  // A write not delivered yet can be cancelled, offline too (checked against the session).
+  if (own && rec.state === 'queued') {
+    buttons.push(action(`cancel-${rec.id}`, 'Cancel', () => state.client.discard(rec.id, user), 'danger'));
   }
   if (rec.state === 'needs-attention' && NEEDS_ATTENTION.has(reason) && own) {
     buttons.push(action(`retry-${rec.id}`, 'Retry as new', () => state.client.retry(rec.id, user)));
@@ -458,7 +510,10 @@ function action(testid, label, run, cls = 'secondary') {
     onclick: async (e) => {
       e.target.disabled = true;
       const r = await run().catch((err) => ({ ok: false, reason: err.message }));
-      $('outbox-summary').textContent = r.ok ? `${label}: done` : `${label} refused: ${r.reason}`;
+      const said = r.ok ? `${label}: done` : `${label} refused: ${r.reason}`;
+      $('outbox-summary').textContent = said;
+      // Kept apart too: the report of the flush that follows a change rewrites the summary.
+      $('action-result').textContent = said;
       refreshOutbox();
     },
   }, label);
@@ -469,9 +524,7 @@ function onReport(m) {
     showRecord(m.id);
     return;
   }
-  if (m.type === 'MUTATIONS_BLOCKED') {
-    state.blocked = new Map((m.blocked ?? []).map((b) => [b.id, b]));
-  } else if (m.type === 'MUTATIONS_REPLAYED') {
+  if (m.type === 'MUTATIONS_REPLAYED') {
     // An empty flush proves nothing about the network; a replay does.
     if (m.count > 0) {
       $('outbox-summary').textContent = `Sent ${m.count} change(s); nothing left.`;
@@ -482,7 +535,6 @@ function onReport(m) {
     $('outbox-summary').textContent = `Sent ${m.replayed}; ${m.remaining} still waiting.`;
     loadData();
   }
-  refreshOutbox();
 }
 
 /** Opens the recovery view at a record (a notification click, or ?outboxRecord=<id>):
@@ -539,6 +591,7 @@ async function startOutbox() {
     const client = await registerOutbox({ scriptUrl, persist: 'first-queued', getAuthorization });
     state.client = demo.client = client;
     client.on('*', (m) => { if (m.type !== 'COMMAND_RESULT' && m.type !== 'QUEUE_STATE') onReport(m); });
+    client.subscribe(onOutboxState);
     status.textContent = 'outbox: starting';
     await client.controlled;
     status.dataset.state = 'online';

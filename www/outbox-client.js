@@ -28,9 +28,11 @@
 /**
  * @import {
  *   Answer, Command, CommandResult, ListQueueCommand, QueueState, ReadRecordCommand,
- *   RecordAnswer, RecordId, Report, ReportType, WorkerMessage,
+ *   RecordAnswer, RecordId, Report, ReportType, WorkerMessage, BlockedRecord, Delivery,
+ *   MutationSettled, QueueRecord,
  * } from './outbox-protocol.js'
  */
+
 
 /**
  * Report types the worker broadcasts to every window of its scope (contract 5).
@@ -135,8 +137,21 @@ export class OutboxClient {
      * @type {Map<string, Set<Function>>}
      */
     this.listeners = new Map();
+    /**
+     * The outbox's state for a UI ({@link OutboxClient.state}), fed by every report and
+     * by the answers to this client's commands.
+     * @private
+     */
+    this.store = new OutboxStore({ relist: () => this.relist() });
+    /**
+     * A LIST_QUEUE of the store's under way, and whether another is wanted after it.
+     * @private
+     * @type {{again: boolean} | null}
+     */
+    this.relisting = null;
     /** @private */
     this.onMessage = this.onMessage.bind(this);
+    this.subscribe = this.subscribe.bind(this);
     /** @private */
     this.onControllerChange = this.onControllerChange.bind(this);
     /** @private */
@@ -210,10 +225,13 @@ export class OutboxClient {
   track(registering, { scriptUrl = '/sw.js', timeoutMs = 60000 } = {}) {
     this.registered = registering.then((registration) => {
       this.registration = registration;
+      this.store.backgroundAvailable('sync' in registration);
       this.followUpdates(registration);
       return registration;
     });
     this.controlled = this.registered.then((registration) => controlOf(registration, scriptUrl, timeoutMs));
+    // The store reads the queue once the worker can answer (and after each takeover).
+    this.controlled.then(() => this.relist(), () => {});
     // A refusal is an answer for whoever waits for it (every command does), not an
     // unhandled rejection of the page.
     this.registered.catch(() => {});
@@ -253,6 +271,7 @@ export class OutboxClient {
     this.keepRetrying(data.type);
     if (data.type === 'AUTH_NEEDED' && typeof data.userId === 'string') this.authorize(data.userId);
     if (data.type === 'MUTATION_QUEUED' && this.persistWhen === 'first-queued') this.persist();
+    if (!ANSWER_TYPES.has(data.type)) this.store.onMessage(data);
     if (ANSWER_TYPES.has(data.type) && data.requestId != null) {
       const p = this.pending.get(String(data.requestId));
       if (p) {
@@ -328,7 +347,13 @@ export class OutboxClient {
   post(controller, message, timeoutMs) {
     const requestId = message.requestId ?? nextRequestId();
     const sent = { ...message, requestId };
-    return new Promise((resolve, reject) => {
+    const mark = this.store.mark();
+    return new Promise((settle, reject) => {
+      /** @param {Answer} answer */
+      const resolve = (answer) => {
+        this.store.onAnswer(sent, answer, mark);
+        settle(answer);
+      };
       const timer = this.answerTimer(sent, timeoutMs, reject);
       this.pending.set(String(requestId), { resolve, reject, timer, message: sent, timeoutMs });
       controller.postMessage(sent);
@@ -376,6 +401,61 @@ export class OutboxClient {
       p.timer = this.answerTimer(p.message, p.timeoutMs, p.reject);
       controller.postMessage(p.message);
     }
+    // A new version may have started from another view of the queue (an update).
+    this.relist();
+  }
+
+  /**
+   * What a UI shows of the outbox, kept current from the worker's reports and the
+   * answers to this client's commands, never by polling: the signed-in account's pending
+   * writes, the blocked ones with their reasons, the delivery status, the settled results
+   * and whether delivery can happen with no page open. A new frozen object per change
+   * (React: `useSyncExternalStore(outbox.subscribe, () => outbox.state)`, or the
+   * `useOutbox` hook of `sw-outbox/react`).
+   * @returns {OutboxState}
+   */
+  get state() {
+    return this.store.state;
+  }
+
+  /**
+   * Calls `listener` with the new {@link OutboxClient.state} after every change. Bound:
+   * `outbox.subscribe` can be passed on as it is.
+   * @param {OutboxListener} listener
+   * @returns {() => void} unsubscribe
+   */
+  subscribe(listener) {
+    return this.store.subscribe(listener);
+  }
+
+  /**
+   * The server's answer to a queued write, once it is replayed: resolves with its
+   * MUTATION_SETTLED (status, and the body when it is text or JSON: the created entity),
+   * at once when it already came; rejects (`WriteNotSettledError`) when the write leaves
+   * the outbox otherwise (cancelled, or the device cleared). A write that needs attention
+   * keeps it waiting. Use it to hold a mutation pending until the server applied it.
+   * @param {RecordId} id the `id` of the write's 202 answer
+   * @returns {Promise<SettledWrite>}
+   */
+  settlement(id) {
+    return this.store.settlement(id);
+  }
+
+  /**
+   * One LIST_QUEUE for the store at a time; asked again during one, it runs once more.
+   * @private
+   */
+  relist() {
+    if (this.relisting) {
+      this.relisting.again = true;
+      return;
+    }
+    const run = { again: false };
+    this.relisting = run;
+    this.list().catch(() => {}).finally(() => {
+      this.relisting = null;
+      if (run.again) this.relist();
+    });
   }
 
   /**
@@ -927,4 +1007,439 @@ function controlOf(registration, scriptUrl, timeoutMs) {
     // (`follow` assigns it; the cast keeps TypeScript from narrowing it to null here.)
     /** @type {ServiceWorker | null} */ (watched)?.removeEventListener('statechange', relay);
   });
+}
+
+// ---------------------------------------------------------------- the state a UI shows
+//
+// What a page's UI needs to know about the outbox, in one store (`outbox.state`,
+// `outbox.subscribe`). The client feeds it every report the worker broadcasts and the
+// answers to its own commands; it keeps one immutable snapshot (a new frozen object per
+// change, so React's `useSyncExternalStore` and any `===` check see a change) and calls
+// its subscribers. It never polls: the queue is read (LIST_QUEUE, through `relist`) when
+// the worker first controls the page, after a controller change, after a change of
+// account, and when a report says something the reports before it cannot explain (a
+// flush that left a different number of records than the page knows of: another
+// window's writes, another account's settlements). It uses no browser API. It lives in
+// this file so that a site without a bundler still copies one file.
+
+/**
+ * What a UI shows of the outbox (`outbox.state`). Every array and object is frozen and
+ * replaced, never changed in place.
+ * @typedef {object} OutboxState
+ * @property {boolean} ready whether the queue has been read once (before: the lists are
+ *   what this page saw queued since it loaded)
+ * @property {string | null} account the account this page last gave the worker
+ *   (`signedIn` / `authSession`); null: nobody, or not said yet
+ * @property {readonly QueueRecord[]} records every write in the outbox, in queue order
+ *   (another account's without method, path or workspace: contract 5)
+ * @property {readonly QueueRecord[]} pending the writes of `account` still in the
+ *   outbox (waiting, or needing attention), in queue order
+ * @property {readonly BlockedRecord[]} blocked the writes the last flush did not send,
+ *   each with its reason (MUTATIONS_BLOCKED)
+ * @property {Delivery} delivery how delivery stands: why the last flush stopped
+ *   (`stoppedBy`), when the worker tries again on its own (`retryAt`), when a flush last
+ *   ran (`lastAttemptAt`, as this page heard of it)
+ * @property {boolean | null} background whether a queued write can be delivered while no
+ *   page of the site is open (Background Sync): the last MUTATION_QUEUED's or 202's
+ *   `background`; before any, whether the browser has Background Sync; null: not known
+ * @property {readonly SettledWrite[]} settled what the server answered the writes
+ *   replayed since the page loaded (MUTATION_SETTLED), oldest first, the last
+ *   {@link SETTLED_KEPT}
+ */
+
+/**
+ * A replayed write the server answered 2xx (MUTATION_SETTLED), with when the page heard.
+ * @typedef {MutationSettled & {settledAt: number}} SettledWrite
+ */
+
+/**
+ * A listener of the store: called after each change with the new state.
+ * @callback OutboxListener
+ * @param {OutboxState} state
+ * @returns {void}
+ */
+
+/** How many settled results the state keeps (the oldest go first). */
+export const SETTLED_KEPT = 50;
+
+/** @type {Delivery} */
+const NO_DELIVERY = Object.freeze({ stoppedBy: null, retryAt: null, lastAttemptAt: null });
+
+/** @type {OutboxState} */
+export const INITIAL_STATE = Object.freeze({
+  ready: false,
+  account: null,
+  records: Object.freeze([]),
+  pending: Object.freeze([]),
+  blocked: Object.freeze([]),
+  delivery: NO_DELIVERY,
+  background: null,
+  settled: Object.freeze([]),
+});
+
+/**
+ * Why a settlement promise ({@link OutboxStore.settlement}) gave up: the write left the
+ * outbox without an answer this page heard of (cancelled, cleared from the device).
+ */
+export class WriteNotSettledError extends Error {
+  /**
+   * @param {RecordId} id
+   * @param {string} why
+   */
+  constructor(id, why) {
+    super(`outbox: write #${id} was not delivered: ${why}`);
+    this.name = 'WriteNotSettledError';
+    /** The record id of the write. */
+    this.id = id;
+  }
+}
+
+/**
+ * The store. The page helper owns one (`outbox.state`, `outbox.subscribe`); made by hand
+ * it is fed with {@link OutboxStore.onMessage} and {@link OutboxStore.onAnswer}.
+ */
+export class OutboxStore {
+  /**
+   * @param {object} [options]
+   * @param {() => void} [options.relist] asks the worker for the queue (LIST_QUEUE);
+   *   its answer comes back through {@link OutboxStore.onAnswer}
+   * @param {() => number} [options.now] the clock (ms since the epoch)
+   */
+  constructor({ relist = () => {}, now = () => Date.now() } = {}) {
+    /** @private */
+    this.relist = relist;
+    /** @private */
+    this.now = now;
+    /** @private @type {OutboxState} */
+    this.current = INITIAL_STATE;
+    /** @private @type {Set<OutboxListener>} */
+    this.listeners = new Set();
+    /**
+     * Writes queued since the last MUTATIONS_BLOCKED (a flush's first word): they may be
+     * newer than the queue a flush's summary describes.
+     * @private @type {Set<RecordId>}
+     */
+    this.queuedSinceFlush = new Set();
+    /**
+     * When each write this page heard queued was heard (a count, not a time), so an
+     * answer to a LIST_QUEUE sent before it does not hide it.
+     * @private @type {Map<RecordId, number>}
+     */
+    this.queuedAt = new Map();
+    /** @private */
+    this.heard = 0;
+    /**
+     * Promises waiting for a write's settlement, by record id.
+     * @private @type {Map<RecordId, {resolve: (m: SettledWrite) => void, reject: (e: Error) => void}[]>}
+     */
+    this.waiting = new Map();
+    this.subscribe = this.subscribe.bind(this);
+    this.getState = this.getState.bind(this);
+  }
+
+  /** The current snapshot. @returns {OutboxState} */
+  get state() {
+    return this.current;
+  }
+
+  /** The current snapshot (a function, for `useSyncExternalStore`). @returns {OutboxState} */
+  getState() {
+    return this.current;
+  }
+
+  /**
+   * Calls `listener` after every change; bound, so it can be passed on as it is.
+   * @param {OutboxListener} listener
+   * @returns {() => void} unsubscribe
+   */
+  subscribe(listener) {
+    this.listeners.add(listener);
+    return () => { this.listeners.delete(listener); };
+  }
+
+  /**
+   * Resolves with the server's answer to the write queued as `id` once it was replayed
+   * (MUTATION_SETTLED; at once when it already was); rejects with a
+   * {@link WriteNotSettledError} when it leaves the outbox otherwise (cancelled, cleared,
+   * or delivered without this page hearing the answer, e.g. under another account).
+   * A write that needs attention keeps it waiting: a person may still retry it.
+   * @param {RecordId} id the 202's `id`
+   * @returns {Promise<SettledWrite>}
+   */
+  settlement(id) {
+    const done = this.current.settled.find((s) => s.id === id);
+    if (done) return Promise.resolve(done);
+    return new Promise((resolve, reject) => {
+      const list = this.waiting.get(id) ?? [];
+      list.push({ resolve, reject });
+      this.waiting.set(id, list);
+    });
+  }
+
+  /**
+   * A report the worker broadcast (contract 5); answers come through
+   * {@link OutboxStore.onAnswer}, with the command they answer.
+   * @param {WorkerMessage | {type: string}} message
+   */
+  onMessage(message) {
+    const m = /** @type {WorkerMessage} */ (message);
+    switch (m.type) {
+      case 'MUTATION_QUEUED': {
+        this.heard += 1;
+        this.queuedAt.set(m.id, this.heard);
+        this.queuedSinceFlush.add(m.id);
+        /** @type {QueueRecord} */
+        const record = {
+          id: m.id, method: m.method, path: m.path, ownerId: m.ownerId, workspace: m.workspace,
+          state: 'queued', attentionReason: null, lastStatus: null, timestamp: this.now(), bodySize: null,
+        };
+        const known = this.current.records.some((r) => r.id === m.id);
+        this.update({
+          records: known ? this.current.records : sortById([...this.current.records, record]),
+          background: typeof m.background === 'boolean' ? m.background : this.current.background,
+        });
+        break;
+      }
+      case 'MUTATION_SETTLED': {
+        /** @type {SettledWrite} */
+        const settled = Object.freeze({ ...m, settledAt: this.now() });
+        this.update({
+          records: this.current.records.filter((r) => r.id !== m.id),
+          blocked: this.current.blocked.filter((b) => b.id !== m.id),
+          settled: [...this.current.settled, settled].slice(-SETTLED_KEPT),
+        });
+        for (const w of this.take(m.id)) w.resolve(settled);
+        break;
+      }
+      case 'MUTATIONS_BLOCKED': {
+        this.queuedSinceFlush.clear();
+        const byId = new Map(m.blocked.map((b) => [b.id, b]));
+        const records = this.current.records.map((r) => {
+          const b = byId.get(r.id);
+          if (!b) return r;
+          byId.delete(r.id);
+          return { ...r, state: stateOf(b), attentionReason: attentionOf(b, r) };
+        });
+        // Writes this page had not heard of (queued before it loaded, by another window).
+        for (const b of byId.values()) records.push(fromBlocked(b));
+        this.update({ records: sortById(records), blocked: m.blocked });
+        break;
+      }
+      case 'MUTATIONS_REPLAYED': {
+        // The queue was empty when the flush re-read it: what this page knew is gone,
+        // except writes queued meanwhile, which the queue is read again to be sure of.
+        const newer = this.current.records.filter((r) => this.queuedSinceFlush.has(r.id));
+        for (const r of this.current.records) {
+          if (!newer.includes(r)) this.gone(r.id, 'it left the outbox without an answer this page heard of');
+        }
+        this.update({
+          records: newer,
+          blocked: this.current.blocked.filter((b) => newer.some((r) => r.id === b.id)),
+          delivery: { stoppedBy: null, retryAt: null, lastAttemptAt: this.now() },
+        });
+        if (newer.length) this.relist();
+        break;
+      }
+      case 'MUTATIONS_PARTIAL': {
+        this.update({
+          delivery: { stoppedBy: m.stoppedBy ?? null, retryAt: m.retryAt ?? null, lastAttemptAt: this.now() },
+        });
+        if (this.current.records.length !== m.remaining) this.relist();
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  /**
+   * The answer to one of the page's own commands, with the command it answers (the
+   * helper calls this before resolving the command's promise).
+   * @param {{type?: unknown, [field: string]: unknown}} command
+   * @param {WorkerMessage} answer
+   * @param {number} [sentAt] {@link OutboxStore.mark} when the command was sent
+   */
+  onAnswer(command, answer, sentAt = 0) {
+    if (answer.type === 'QUEUE_STATE') {
+      this.onQueueState(answer, sentAt);
+      return;
+    }
+    if (answer.type !== 'COMMAND_RESULT' || !answer.ok) return;
+    this.onResult(command, answer);
+  }
+
+  /** A mark to give {@link OutboxStore.onAnswer} for a command sent now. @returns {number} */
+  mark() {
+    return this.heard;
+  }
+
+  /**
+   * Whether the browser has Background Sync, before any write says (`background`).
+   * @param {boolean} available
+   */
+  backgroundAvailable(available) {
+    if (this.current.background === null) this.update({ background: available });
+  }
+
+  /**
+   * @private
+   * @param {{type?: unknown, [field: string]: unknown}} command
+   * @param {CommandResult} result
+   */
+  onResult(command, result) {
+    switch (command.type) {
+      case 'AUTH_SESSION': {
+        const account = typeof command.userId === 'string' ? command.userId : null;
+        if (account === this.current.account) return;
+        this.update({ account });
+        // Another account's writes are listed without their details: read them so.
+        this.relist();
+        return;
+      }
+      case 'RECOVER_RECORD': {
+        const id = /** @type {RecordId} */ (command.id);
+        if (command.action === 'discard') {
+          this.update({
+            records: this.current.records.filter((r) => r.id !== id),
+            blocked: this.current.blocked.filter((b) => b.id !== id),
+          });
+          this.gone(id, 'it was discarded');
+        } else {
+          // retry-new and edit: back in the queue, under a new key, in its place.
+          this.update({
+            records: this.current.records.map((r) => (r.id === id
+              ? { ...r, state: 'queued', attentionReason: null, lastStatus: null } : r)),
+            blocked: this.current.blocked.filter((b) => b.id !== id),
+          });
+        }
+        return;
+      }
+      case 'REBIND_RECORDS':
+        if ((result.affected ?? 0) > 0) this.relist();
+        return;
+      case 'CLEAR_DEVICE':
+        for (const r of this.current.records) this.gone(r.id, 'the device was cleared');
+        this.update({ records: [], blocked: [], delivery: NO_DELIVERY });
+        return;
+      default:
+    }
+  }
+
+  /**
+   * The queue as the worker listed it; writes heard queued after the LIST_QUEUE was
+   * sent (`sentAt`) and missing from it are kept.
+   * @private
+   * @param {QueueState} qs
+   * @param {number} sentAt
+   */
+  onQueueState(qs, sentAt) {
+    if (!Array.isArray(qs.records)) return;
+    const listed = new Set(qs.records.map((r) => r.id));
+    const later = this.current.records.filter((r) => !listed.has(r.id) && (this.queuedAt.get(r.id) ?? 0) > sentAt);
+    for (const r of this.current.records) {
+      if (!listed.has(r.id) && !later.includes(r)) this.gone(r.id, 'it is no longer in the outbox');
+    }
+    const records = sortById([...qs.records, ...later]);
+    this.update({
+      ready: true,
+      records,
+      blocked: this.current.blocked.filter((b) => listed.has(b.id)),
+      delivery: qs.delivery ?? this.current.delivery,
+    });
+  }
+
+  /**
+   * Rejects the settlement promises of a write that left the outbox unanswered.
+   * @private
+   * @param {RecordId} id
+   * @param {string} why
+   */
+  gone(id, why) {
+    for (const w of this.take(id)) w.reject(new WriteNotSettledError(id, why));
+  }
+
+  /**
+   * @private
+   * @param {RecordId} id
+   */
+  take(id) {
+    const list = this.waiting.get(id) ?? [];
+    this.waiting.delete(id);
+    return list;
+  }
+
+  /**
+   * A new snapshot with `patch` applied (and `pending` derived), then the listeners.
+   * @private
+   * @param {Partial<OutboxState>} patch
+   */
+  update(patch) {
+    const prev = this.current;
+    // What the patch does not change keeps its identity, so a UI that compares parts
+    // (`state.records !== last.records`) redraws only what changed.
+    const records = patch.records && patch.records !== prev.records
+      ? Object.freeze(patch.records.map((r) => Object.freeze(r))) : prev.records;
+    const account = patch.account !== undefined ? patch.account : prev.account;
+    const pending = records === prev.records && account === prev.account
+      ? prev.pending
+      : Object.freeze(account === null ? [] : records.filter((r) => r.ownerId === account));
+    this.current = Object.freeze({
+      ...prev,
+      ...patch,
+      records,
+      account,
+      pending,
+      blocked: patch.blocked ? Object.freeze([...patch.blocked]) : prev.blocked,
+      delivery: patch.delivery ? Object.freeze({ ...patch.delivery }) : prev.delivery,
+      settled: patch.settled ? Object.freeze([...patch.settled]) : prev.settled,
+    });
+    for (const fn of [...this.listeners]) {
+      try { fn(this.current); } catch (err) { console.error('outbox: state listener failed', err); }
+    }
+  }
+}
+
+/**
+ * @param {QueueRecord[]} records
+ * @returns {QueueRecord[]}
+ */
+function sortById(records) {
+  return records.sort((a, b) => a.id - b.id);
+}
+
+/** The block reasons that are a needs-attention record's own (contract 4.5). */
+const ATTENTION = new Set(['outcome-unknown', 'key-reused', 'repeated-5xx', 'rejected', 'expired', 'redirected', 'conflict', 'key-expired']);
+
+/**
+ * A record's state from its MUTATIONS_BLOCKED entry. The reason decides: an entry's
+ * `state` is the record's as the flush began, so a write this flush moved to
+ * needs-attention is listed with its new reason and its old state, `queued`.
+ * @param {BlockedRecord} b
+ * @returns {QueueRecord['state']}
+ */
+function stateOf(b) {
+  return ATTENTION.has(b.reason) ? 'needs-attention' : b.state;
+}
+
+/**
+ * A record's attention reason, from its MUTATIONS_BLOCKED entry.
+ * @param {BlockedRecord} b
+ * @param {QueueRecord} [r]
+ * @returns {QueueRecord['attentionReason']}
+ */
+function attentionOf(b, r) {
+  if (ATTENTION.has(b.reason)) return /** @type {QueueRecord['attentionReason']} */ (b.reason);
+  return stateOf(b) === 'needs-attention' ? (r?.attentionReason ?? null) : null;
+}
+
+/**
+ * A record known only from a MUTATIONS_BLOCKED entry.
+ * @param {BlockedRecord} b
+ * @returns {QueueRecord}
+ */
+function fromBlocked(b) {
+  return {
+    id: b.id, method: b.method, path: b.path, ownerId: b.ownerId, workspace: b.workspace, state: stateOf(b),
+    attentionReason: attentionOf(b), lastStatus: null, timestamp: null, bodySize: null,
+  };
 }

@@ -26,7 +26,7 @@ const EXPECTED_FILES = [
   'README.md', 'package.json', 'CHANGELOG.md', 'docs/PROTOCOL.md', 'docs/SERVER-API.md',
   'index.d.ts', 'outbox-client.js', 'outbox-client.d.ts', 'outbox-protocol.d.ts',
   'sw.js', 'pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm',
-  'vite.js', 'vite.d.ts',
+  'vite.js', 'vite.d.ts', 'react.js', 'react.d.ts',
 ];
 
 const SITE_SW = `// The site's own worker script: its configuration, then the installed shim.
@@ -88,7 +88,7 @@ after(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-test('npm pack ships the worker, its shim, the page helper, the Vite plugin and their types', () => {
+test('npm pack ships the worker, its shim, the page helper, the Vite plugin, the React hook and their types', () => {
   assert.deepEqual(packed.files.map((f) => f.path).sort(), [...EXPECTED_FILES].sort());
   const wasm = packed.files.find((f) => f.path === 'pkg/sw_outbox_bg.wasm');
   assert.ok(wasm.size > 1000, `the .wasm is real: ${wasm.size} bytes`);
@@ -107,13 +107,16 @@ test('the package carries the adopter README, not the repository one', async () 
   }
 });
 
-test('the exports map gives the page helper, the worker files, the plugin and nothing else', async () => {
+test('the exports map gives the page helper, the worker files, the plugin, the React hook and nothing else', async () => {
   const manifest = JSON.parse(await readFile(join(site, 'node_modules/sw-outbox/package.json'), 'utf8'));
   assert.equal(manifest.private, undefined, 'publishable');
   const resolve = createRequire(join(site, 'package.json')).resolve;
   const installed = join(site, 'node_modules/sw-outbox');
   assert.equal(resolve('sw-outbox'), join(installed, 'outbox-client.js'));
   assert.equal(resolve('sw-outbox/vite'), join(installed, 'vite.js'));
+  assert.equal(resolve('sw-outbox/react'), join(installed, 'react.js'));
+  assert.equal(manifest.exports['./react'].types, './react.d.ts');
+  assert.equal(manifest.peerDependenciesMeta.react.optional, true, 'React only for sw-outbox/react');
   assert.equal(resolve('sw-outbox/sw.js'), join(installed, 'sw.js'));
   assert.equal(resolve('sw-outbox/pkg/sw_outbox_bg.wasm'), join(installed, 'pkg/sw_outbox_bg.wasm'));
   assert.equal(resolve('sw-outbox/package.json'), join(installed, 'package.json'));

@@ -14,8 +14,11 @@ import {
   type RecordId, type RecoverRecordCommand, type Report, type ReportType, type RequestId,
   type SetNotificationsCommand, type WorkerMessage, type WriteMethod, type StopReason, type Delivery,
   type MutationSettled, type AuthNeeded, type AuthorizationProvider,
+  OutboxStore, INITIAL_STATE, SETTLED_KEPT, WriteNotSettledError,
+  type OutboxState, type OutboxListener, type SettledWrite,
 } from 'sw-outbox';
 import swOutbox, { type SwOutboxOptions } from 'sw-outbox/vite';
+import { useOutbox } from 'sw-outbox/react';
 import type { Plugin } from 'vite';
 
 // ---------------------------------------------------------------- configuration
@@ -199,6 +202,42 @@ async function adopter(): Promise<void> {
   const answered: CommandResult = await outbox.send({ type: 'FLUSH_QUEUE' });
   const future: Answer = await outbox.send({ type: 'SOMETHING_NEW', field: 1 }, { timeoutMs: 1000 });
   const names: CommandType[] = commands.map((c) => c.type);
+
+  // The outbox's state for a UI: one frozen snapshot per change, and its subscription.
+  const now: OutboxState = outbox.state;
+  const waitingCount: number = now.pending.length;
+  const reasons: BlockReason[] = now.blocked.map((b) => b.reason);
+  const retryAt: number | null = now.delivery.retryAt;
+  const canSendInBackground: boolean | null = now.background;
+  const lastSettled: SettledWrite | undefined = now.settled.at(-1);
+  const settledAt: number | undefined = lastSettled?.settledAt;
+  const ready: boolean = now.ready;
+  const account: string | null = now.account;
+  // @ts-expect-error the state is read-only: a new snapshot per change, never edited
+  now.pending.push(now.records[0]);
+  const listener: OutboxListener = (s: OutboxState) => { void s.records; };
+  const unsubscribe: () => void = outbox.subscribe(listener);
+  unsubscribe();
+  const { subscribe } = outbox; // bound: passed on as it is
+  subscribe(() => {});
+  const settledWrite: SettledWrite = await outbox.settlement(1);
+  // @ts-expect-error a settlement is asked by record id (the 202's id), not by key
+  await outbox.settlement('k:7f3e');
+  try { await outbox.settlement(2); } catch (err) { if (err instanceof WriteNotSettledError) void err.id; }
+  const initial: OutboxState = INITIAL_STATE;
+  const kept: number = SETTLED_KEPT;
+  const store = new OutboxStore({ relist: () => {}, now: () => 0 });
+  store.onMessage({ type: 'MUTATIONS_REPLAYED', count: 0 });
+  store.onAnswer({ type: 'LIST_QUEUE' }, { type: 'QUEUE_STATE', records: [], delivery: now.delivery }, store.mark());
+  store.backgroundAvailable(false);
+  const fromStore: OutboxState = store.state;
+  // React: the hook over the same store (null while the client is not made yet).
+  const inComponent: OutboxState = useOutbox(outbox);
+  const beforeClient: OutboxState = useOutbox(null);
+  // @ts-expect-error the hook takes the page helper's client, not its state
+  useOutbox(now);
+  void [waitingCount, reasons, retryAt, canSendInBackground, settledAt, ready, account, settledWrite, initial, kept,
+    fromStore, inComponent, beforeClient];
 
   // A client made by hand (tests do), attached and detached.
   const manual = new OutboxClient({ commandTimeoutMs: 5000 });

@@ -71,7 +71,8 @@ before(async () => {
   // The tarball has no dependencies; vite and @types/node (which a Vite config in
   // TypeScript needs) are linked from the repository's pinned copies.
   await run('npm', ['install', '--offline', '--no-audit', '--no-fund', join(dir, packed.filename),
-    join(repoRoot, 'node_modules/vite'), join(repoRoot, 'node_modules/@types/node')], { cwd: dir, env: npmEnv });
+    join(repoRoot, 'node_modules/vite'), join(repoRoot, 'node_modules/@types/node'),
+    join(repoRoot, 'node_modules/react'), join(repoRoot, 'node_modules/@types/react')], { cwd: dir, env: npmEnv });
   await copyFile(join(here, 'consumer.ts'), join(dir, 'consumer.ts'));
   await copyFile(join(here, 'tsconfig.json'), join(dir, 'tsconfig.json'));
 
@@ -107,7 +108,7 @@ test('tsc --noEmit --strict passes over the fixture, against the installed tarba
   assert.ok(tsc.code === 0 || tsc.output.includes('drift.ts('), tsc.output);
 });
 
-test('the fixture uses every export of sw-outbox and sw-outbox/vite', async () => {
+test('the fixture uses every export of sw-outbox, sw-outbox/vite and sw-outbox/react', async () => {
   const fixture = code(await readFile(join(here, 'consumer.ts'), 'utf8'));
   const installed = join(dir, 'node_modules/sw-outbox');
   const main = await exportedNames(join(installed, 'index.d.ts'));
@@ -119,6 +120,10 @@ test('the fixture uses every export of sw-outbox and sw-outbox/vite', async () =
   assert.match(fixture, /import swOutbox\b[^;]*from 'sw-outbox\/vite'/, 'the vite default export');
   const unusedVite = vite.filter((n) => n !== 'default' && !new RegExp(`\\b${n}\\b`).test(fixture));
   assert.deepEqual(unusedVite, [], `exports of sw-outbox/vite the fixture does not use: ${unusedVite}`);
+  const react = await exportedNames(join(installed, 'react.d.ts'));
+  assert.ok(react.includes('useOutbox'), `the export list was read: ${react}`);
+  const unusedReact = react.filter((n) => !new RegExp(`import \\{[^}]*\\b${n}\\b[^}]*\\} from 'sw-outbox/react'`).test(fixture));
+  assert.deepEqual(unusedReact, [], `exports of sw-outbox/react the fixture does not import: ${unusedReact}`);
 });
 
 test('the declarations name exactly the commands, messages, reasons and config fields of the Rust source', () => {
