@@ -1411,9 +1411,9 @@ function sortById(records) {
 const ATTENTION = new Set(['outcome-unknown', 'key-reused', 'repeated-5xx', 'rejected', 'expired', 'redirected', 'conflict', 'key-expired']);
 
 /**
- * A record's state from its MUTATIONS_BLOCKED entry. The reason decides: an entry's
- * `state` is the record's as the flush began, so a write this flush moved to
- * needs-attention is listed with its new reason and its old state, `queued`.
+ * A record's state from its MUTATIONS_BLOCKED entry. The reason decides: a worker
+ * before 0.1.0's release listed a write its flush had just moved to needs-attention
+ * with its state as the flush began, `queued`.
  * @param {BlockedRecord} b
  * @returns {QueueRecord['state']}
  */

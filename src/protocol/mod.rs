@@ -401,13 +401,19 @@ impl BlockedEntry {
             };
         };
         let shown = details_visible(m.owner.as_deref(), viewer);
+        // A record blocked for a reason that needs a person is in needs-attention, though
+        // `meta` (read as the flush began) may still say queued: this flush moved it.
+        let state = match reason {
+            BlockReason::Attention(r) => RecordState::NeedsAttention(r),
+            _ => m.state,
+        };
         BlockedEntry {
             id,
             method: shown.then(|| m.method.clone()),
             path: shown.then(|| m.path.clone()),
             owner_id: m.owner.clone(),
             workspace: m.workspace.clone().filter(|_| shown),
-            state: state_name(m.state).0,
+            state: state_name(state).0,
             reason,
         }
     }
@@ -876,6 +882,37 @@ mod tests {
             r.command, None,
             "command is null when type was not a string"
         );
+    }
+
+    #[test]
+    fn a_record_this_flush_moved_to_needs_attention_is_reported_in_that_state() {
+        use crate::core::record::AttentionReason;
+        let read_at_start = RecordMeta {
+            id: RecordId(4),
+            method: "POST".into(),
+            path: "/projects/p1/tasks".into(),
+            owner: Some("alice".into()),
+            workspace: Some("p1".into()),
+            state: RecordState::Queued,
+            ..RecordMeta::default()
+        };
+        let moved = BlockedEntry::of(
+            read_at_start.id,
+            Some(&read_at_start),
+            BlockReason::Attention(AttentionReason::Rejected),
+            Some("alice"),
+        );
+        assert_eq!(
+            (moved.state, moved.reason.as_str()),
+            ("needs-attention", "rejected")
+        );
+        let behind = BlockedEntry::of(
+            read_at_start.id,
+            Some(&read_at_start),
+            BlockReason::WorkspaceOrder,
+            Some("alice"),
+        );
+        assert_eq!(behind.state, "queued");
     }
 
     #[test]
