@@ -97,6 +97,8 @@ build_worker() {
   # as the `wasm_bindgen` global sw.js calls, are kept), 10.4 -> 7.7 KB gzip.
   esbuild www/pkg/sw_outbox.js --minify --log-level=warning --outfile=www/pkg/sw_outbox.min.js
   mv www/pkg/sw_outbox.min.js www/pkg/sw_outbox.js
+  # The glue's imports and exports get short names in both files (6.4 KB gzip less).
+  node scripts/short-imports.mjs www/pkg
   node scripts/check-wasm.mjs www/pkg
   local build
   build=$(sha256sum "$wasm" www/pkg/sw_outbox.js | sha256sum | cut -c1-12)
