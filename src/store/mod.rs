@@ -258,14 +258,88 @@ pub fn read_item(key: &JsValue, value: &JsValue, patterns: &dyn Patterns) -> Opt
             "stored under a key that is not a record id".into(),
         ));
     }
-    let raw: Result<RawRecord, _> =
-        crate::js::from_value(value.clone()).map_err(|e| CorruptRecord::Shape(e.to_string()));
+    let raw = raw_record(value).map_err(CorruptRecord::Shape);
     Some(
         match raw.and_then(|raw| RecordMeta::from_raw(id, raw, inline_body_len(value), patterns)) {
             Ok(meta) => QueueItem::Record(meta),
             Err(e) => QueueItem::Corrupt(id, e.to_string()),
         },
     )
+}
+
+/// A stored value's fields as [`RawRecord`], read one by one: what serde over the value
+/// read (absent, `undefined` and `null` are `None`; a BigInt reads as `Number()` gives
+/// it; other fields are ignored), without a serde instantiation in the module (read_item
+/// was 13.5 KB of it). The first field of the wrong type is named.
+fn raw_record(value: &JsValue) -> Result<RawRecord, String> {
+    let wrong = |f: &str, what: &str| ["field `", f, "` is not ", what].concat();
+    let get = |f: &'static str| -> Result<Option<JsValue>, String> {
+        let v = Reflect::get(value, &JsValue::from_str(f)).map_err(|_| wrong(f, "readable"))?;
+        Ok((!v.is_null() && !v.is_undefined()).then_some(v))
+    };
+    let num = |f: &'static str| -> Result<Option<f64>, String> {
+        match get(f)? {
+            None => Ok(None),
+            Some(v) if v.is_bigint() => {
+                #[allow(deprecated)]
+                let n = js_sys::Number::new(&v).value_of();
+                Ok(Some(n))
+            }
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| wrong(f, "a number")),
+        }
+    };
+    let text = |f: &'static str| -> Result<Option<String>, String> {
+        match get(f)? {
+            None => Ok(None),
+            Some(v) => v.as_string().map(Some).ok_or_else(|| wrong(f, "a string")),
+        }
+    };
+    Ok(RawRecord {
+        id: num("id")?,
+        method: text("method")?,
+        path: text("path")?,
+        content_type: text("contentType")?,
+        timestamp: num("timestamp")?,
+        owner_id: text("ownerId")?,
+        workspace: text("workspace")?,
+        idempotency_key: text("idempotencyKey")?,
+        state: text("state")?,
+        attention_reason: text("attentionReason")?,
+        server_failures: num("serverFailures")?,
+        last_status: num("lastStatus")?,
+        attempts: num("attempts")?,
+        body_size: num("bodySize")?,
+        first_sent_at: num("firstSentAt")?,
+        headers: match get("headers")? {
+            None => None,
+            Some(v) => {
+                Some(header_pairs(&v).ok_or_else(|| wrong("headers", "[name, value] pairs"))?)
+            }
+        },
+        credentials: text("credentials")?,
+        conflicts: num("conflicts")?,
+    })
+}
+
+/// `[[name, value], …]` as pairs (extra elements of a pair are ignored, as serde's
+/// tuples ignored them); `None` when it is not that shape.
+fn header_pairs(v: &JsValue) -> Option<Vec<(String, String)>> {
+    if !js_sys::Array::is_array(v) {
+        return None;
+    }
+    let items: &js_sys::Array = v.unchecked_ref();
+    let mut out = Vec::with_capacity(items.length() as usize);
+    for item in items.iter() {
+        if !js_sys::Array::is_array(&item) {
+            return None;
+        }
+        let pair: &js_sys::Array = item.unchecked_ref();
+        if pair.length() < 2 {
+            return None;
+        }
+        out.push((pair.get(0).as_string()?, pair.get(1).as_string()?));
+    }
+    Some(out)
 }
 
 /// One step of a cursor: the cursor on the next value, `None` past the last.
