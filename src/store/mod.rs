@@ -1178,13 +1178,14 @@ impl Store {
         let req = store.open_cursor().map_err(failed)?;
         let (mut steps, _handlers) = cursor_steps(&req);
         let mut moved = Vec::new();
-        let mut used = std::collections::BTreeSet::new();
+        // Ascending: a cursor visits primary keys in order (`free_ids` relies on it).
+        let mut used = Vec::new();
         while let Some(step) = next(&mut steps).await {
             let Some(cursor) = step? else { break };
             let key = cursor.primary_key().map_err(failed)?;
             match record_id(&key) {
                 Some(id) => {
-                    used.insert(id.0);
+                    used.push(id.0);
                 }
                 None => {
                     let value = cursor.value().map_err(failed)?;
@@ -1213,9 +1214,11 @@ impl Store {
 
 /// Record ids not in `used`: after the highest one first (the re-keyed values come after
 /// every record), then the gaps from 1 up, never past 2^53 - 1.
-fn free_ids(used: &std::collections::BTreeSet<u64>) -> impl Iterator<Item = u64> + '_ {
+/// `used` is in ascending order (a sorted `Vec`: a B-tree set cost the module its code).
+fn free_ids(used: &[u64]) -> impl Iterator<Item = u64> + '_ {
     let top = used.last().copied().unwrap_or(0);
-    (top.saturating_add(1)..=MAX_SAFE_INTEGER).chain((1..top).filter(move |i| !used.contains(i)))
+    (top.saturating_add(1)..=MAX_SAFE_INTEGER)
+        .chain((1..top).filter(move |i| used.binary_search(i).is_err()))
 }
 
 /// The persisted account, re-validated as it is read: a session stored before account
