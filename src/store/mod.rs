@@ -13,12 +13,12 @@
 pub mod idb;
 mod upgrade;
 
+use crate::channel::mpsc;
 use crate::core::credential::Authorization;
 use crate::core::record::{
     CorruptRecord, MutableFields, NewRecord, RawRecord, RecordId, RecordMeta, MAX_SAFE_INTEGER,
 };
 use crate::core::route::Patterns;
-use futures_channel::mpsc;
 use idb::{done, failed, request, IdbError, RequestFuture};
 use js_sys::{Object, Reflect, Uint8Array};
 use serde::Serialize;
@@ -373,10 +373,9 @@ fn cursor_steps(
     (rx, (ok, err))
 }
 
-/// The next item of a channel (`StreamExt::next` without futures-util).
+/// The next item of a channel.
 pub(crate) async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
-    std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut *rx), cx))
-        .await
+    rx.next().await
 }
 
 /// Reads the generation and writes the next one, inside `tx`'s `session` store. Returns
