@@ -652,6 +652,10 @@ async function main() {
   const started = Date.now();
   const { www, wb, load } = prepare();
   const size = sizes(www, wb);
+  // One line for CI logs (grep 'bench size:'): a size regression shows in every run,
+  // the smoke included, before any timing.
+  const z = size.product;
+  console.log(`bench size: wasm ${z.wasm.gzip9} + glue ${z.glue.gzip9} + sw.js ${z['sw.js'].gzip9} = ${z.total.gzip9} B gzip -9 (${(z.total.gzip9 / 1024).toFixed(1)} KB; issue 30 target 120 KB; raw ${z.total.raw} B)`);
   const server = await startServer({ fault: argv.fault ? String(argv.fault) : null });
   const env = {
     server,

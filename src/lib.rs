@@ -3,8 +3,10 @@
 //!
 //! `core` and `protocol` are pure Rust (host-tested); `store` (IndexedDB) and `worker`
 //! (fetch, messages, events) are the browser shell and exist only on wasm32, with `js`
-//! (serde over JavaScript values) under both.
+//! (serde over JavaScript values) under both; `channel` (one-thread channels between the
+//! shell's tasks) is plain std, host-tested.
 
+pub mod channel;
 pub mod core;
 pub mod protocol;
 

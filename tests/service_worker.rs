@@ -1382,3 +1382,76 @@ async fn a_large_identity_answer_is_read_and_the_token_comes_from_csrf_header() 
         "an answer, not offline: {read}"
     );
 }
+
+/// The stored-record reader goes field by field (not through serde; issue 30): each
+/// field reads back as stored, a BigInt as a number, absent, `undefined` and `null`
+/// fields as unset, unknown fields are ignored, and the first mistyped field is named.
+#[wasm_bindgen_test]
+fn a_stored_value_is_read_field_by_field() {
+    let v = Object::new();
+    let set = |k: &str, x: JsValue| {
+        Reflect::set(&v, &k.into(), &x).expect("set");
+    };
+    let pair = |a: &str, b: &str| js_sys::Array::of2(&a.into(), &b.into());
+    set("method", "PATCH".into());
+    set("path", "/projects/p1/tasks/1".into());
+    set("timestamp", js_sys::BigInt::from(1_234u64).into());
+    set("ownerId", "alice".into());
+    set("contentType", JsValue::NULL);
+    set("lastStatus", JsValue::UNDEFINED);
+    set("attempts", 2.into());
+    set("bodySize", 12.into());
+    set("somethingElse", "ignored".into());
+    let headers = js_sys::Array::of2(&pair("If-Match", "\"v1\""), &pair("X-Trace", "t"));
+    // A pair's extra elements are ignored, as serde's tuples ignored them.
+    headers
+        .get(1)
+        .unchecked_into::<js_sys::Array>()
+        .push(&"extra".into());
+    set("headers", headers.into());
+    let read = |v: &Object| {
+        sw_outbox::store::read_item(&JsValue::from_f64(7.0), v, &Defaults).expect("a record id")
+    };
+    match read(&v) {
+        QueueItem::Record(m) => {
+            assert_eq!(m.id, RecordId(7));
+            assert_eq!(
+                (m.method.as_str(), m.path.as_str()),
+                ("PATCH", "/projects/p1/tasks/1")
+            );
+            assert_eq!(m.timestamp, 1_234, "a BigInt reads as its number");
+            assert_eq!(m.owner.as_deref(), Some("alice"));
+            assert_eq!(m.workspace.as_deref(), Some("p1"), "derived from the path");
+            assert_eq!((m.content_type, m.last_status), (None, None));
+            assert_eq!((m.attempts, m.body_len), (2, 12));
+            assert_eq!(
+                m.headers,
+                vec![
+                    ("If-Match".to_owned(), "\"v1\"".to_owned()),
+                    ("X-Trace".to_owned(), "t".to_owned())
+                ]
+            );
+        }
+        QueueItem::Corrupt(_, why) => panic!("read as corrupt: {why}"),
+    }
+    for (field, bad, named) in [
+        ("attempts", JsValue::from("two"), "a number"),
+        ("ownerId", JsValue::from(5), "a string"),
+        ("headers", JsValue::from("If-Match: x"), "pairs"),
+        (
+            "headers",
+            js_sys::Array::of1(&pair("only", "").slice(0, 1)).into(),
+            "pairs",
+        ),
+    ] {
+        let copy = Object::assign(&Object::new(), &v);
+        Reflect::set(&copy, &field.into(), &bad).expect("set");
+        match read(&copy) {
+            QueueItem::Corrupt(id, why) => {
+                assert_eq!(id, RecordId(7));
+                assert!(why.contains(field) && why.contains(named), "{field}: {why}");
+            }
+            QueueItem::Record(_) => panic!("{field} = {bad:?} read as a record"),
+        }
+    }
+}

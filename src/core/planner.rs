@@ -16,6 +16,8 @@
 use super::answer::Verdict;
 use super::record::{AttentionReason, RecordId, RecordMeta, RecordState};
 use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 
 /// Why a record is not sent, in the contract's words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -153,8 +155,11 @@ struct Frontier {
     lane_of: Vec<Option<usize>>,
     owned: Vec<usize>,
     first_unreplayed: usize,
-    ready: std::collections::BTreeSet<usize>,
-    behind_barrier: std::collections::BTreeSet<(usize, usize)>,
+    /// Min-heaps (smallest index first): an entry may be pushed twice, and the second
+    /// pop of it is stale like any other (`sendable`); a heap is a fraction of a B-tree's
+    /// code in the module.
+    ready: BinaryHeap<Reverse<usize>>,
+    behind_barrier: BinaryHeap<Reverse<(usize, usize)>>,
     /// Units of work done (head moves, set operations): what the host test counts.
     steps: u64,
 }
@@ -245,16 +250,16 @@ impl Replay {
         }
         if lane == BARRIER {
             if self.frontier.owned.get(self.frontier.first_unreplayed) == Some(&h) {
-                self.frontier.ready.insert(h);
+                self.frontier.ready.push(Reverse(h));
             }
             return;
         }
         match self.barrier_head() {
             Some(b) if b < h => {
-                self.frontier.behind_barrier.insert((h, lane));
+                self.frontier.behind_barrier.push(Reverse((h, lane)));
             }
             _ => {
-                self.frontier.ready.insert(h);
+                self.frontier.ready.push(Reverse(h));
             }
         }
     }
@@ -300,11 +305,11 @@ impl Replay {
         self.consider(lane);
         if lane == BARRIER {
             let limit = self.barrier_head().unwrap_or(usize::MAX);
-            while let Some(&(h, l)) = self.frontier.behind_barrier.first() {
+            while let Some(&Reverse((h, l))) = self.frontier.behind_barrier.peek() {
                 if h > limit {
                     break;
                 }
-                self.frontier.behind_barrier.pop_first();
+                self.frontier.behind_barrier.pop();
                 self.consider(l);
             }
         } else {
@@ -423,7 +428,7 @@ impl Replay {
     pub fn next_sends(&mut self, limit: usize) -> Vec<RecordId> {
         let mut picked = Vec::new();
         while self.in_flight < limit && !self.stopped {
-            let Some(h) = self.frontier.ready.pop_first() else {
+            let Some(Reverse(h)) = self.frontier.ready.pop() else {
                 break;
             };
             self.frontier.steps += 1;

@@ -5,7 +5,7 @@
 //! request and then issuing another inside the same transaction is safe. A transaction
 //! is done only when `complete` fires; a write is durable only then.
 
-use futures_channel::oneshot;
+use crate::channel::oneshot;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};

@@ -13,12 +13,12 @@
 pub mod idb;
 mod upgrade;
 
+use crate::channel::mpsc;
 use crate::core::credential::Authorization;
 use crate::core::record::{
     CorruptRecord, MutableFields, NewRecord, RawRecord, RecordId, RecordMeta, MAX_SAFE_INTEGER,
 };
 use crate::core::route::Patterns;
-use futures_channel::mpsc;
 use idb::{done, failed, request, IdbError, RequestFuture};
 use js_sys::{Object, Reflect, Uint8Array};
 use serde::Serialize;
@@ -258,14 +258,88 @@ pub fn read_item(key: &JsValue, value: &JsValue, patterns: &dyn Patterns) -> Opt
             "stored under a key that is not a record id".into(),
         ));
     }
-    let raw: Result<RawRecord, _> =
-        crate::js::from_value(value.clone()).map_err(|e| CorruptRecord::Shape(e.to_string()));
+    let raw = raw_record(value).map_err(CorruptRecord::Shape);
     Some(
         match raw.and_then(|raw| RecordMeta::from_raw(id, raw, inline_body_len(value), patterns)) {
             Ok(meta) => QueueItem::Record(meta),
             Err(e) => QueueItem::Corrupt(id, e.to_string()),
         },
     )
+}
+
+/// A stored value's fields as [`RawRecord`], read one by one: what serde over the value
+/// read (absent, `undefined` and `null` are `None`; a BigInt reads as `Number()` gives
+/// it; other fields are ignored), without a serde instantiation in the module (read_item
+/// was 13.5 KB of it). The first field of the wrong type is named.
+fn raw_record(value: &JsValue) -> Result<RawRecord, String> {
+    let wrong = |f: &str, what: &str| ["field `", f, "` is not ", what].concat();
+    let get = |f: &'static str| -> Result<Option<JsValue>, String> {
+        let v = Reflect::get(value, &JsValue::from_str(f)).map_err(|_| wrong(f, "readable"))?;
+        Ok((!v.is_null() && !v.is_undefined()).then_some(v))
+    };
+    let num = |f: &'static str| -> Result<Option<f64>, String> {
+        match get(f)? {
+            None => Ok(None),
+            Some(v) if v.is_bigint() => {
+                #[allow(deprecated)]
+                let n = js_sys::Number::new(&v).value_of();
+                Ok(Some(n))
+            }
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| wrong(f, "a number")),
+        }
+    };
+    let text = |f: &'static str| -> Result<Option<String>, String> {
+        match get(f)? {
+            None => Ok(None),
+            Some(v) => v.as_string().map(Some).ok_or_else(|| wrong(f, "a string")),
+        }
+    };
+    Ok(RawRecord {
+        id: num("id")?,
+        method: text("method")?,
+        path: text("path")?,
+        content_type: text("contentType")?,
+        timestamp: num("timestamp")?,
+        owner_id: text("ownerId")?,
+        workspace: text("workspace")?,
+        idempotency_key: text("idempotencyKey")?,
+        state: text("state")?,
+        attention_reason: text("attentionReason")?,
+        server_failures: num("serverFailures")?,
+        last_status: num("lastStatus")?,
+        attempts: num("attempts")?,
+        body_size: num("bodySize")?,
+        first_sent_at: num("firstSentAt")?,
+        headers: match get("headers")? {
+            None => None,
+            Some(v) => {
+                Some(header_pairs(&v).ok_or_else(|| wrong("headers", "[name, value] pairs"))?)
+            }
+        },
+        credentials: text("credentials")?,
+        conflicts: num("conflicts")?,
+    })
+}
+
+/// `[[name, value], …]` as pairs (extra elements of a pair are ignored, as serde's
+/// tuples ignored them); `None` when it is not that shape.
+fn header_pairs(v: &JsValue) -> Option<Vec<(String, String)>> {
+    if !js_sys::Array::is_array(v) {
+        return None;
+    }
+    let items: &js_sys::Array = v.unchecked_ref();
+    let mut out = Vec::with_capacity(items.length() as usize);
+    for item in items.iter() {
+        if !js_sys::Array::is_array(&item) {
+            return None;
+        }
+        let pair: &js_sys::Array = item.unchecked_ref();
+        if pair.length() < 2 {
+            return None;
+        }
+        out.push((pair.get(0).as_string()?, pair.get(1).as_string()?));
+    }
+    Some(out)
 }
 
 /// One step of a cursor: the cursor on the next value, `None` past the last.
@@ -299,10 +373,9 @@ fn cursor_steps(
     (rx, (ok, err))
 }
 
-/// The next item of a channel (`StreamExt::next` without futures-util).
+/// The next item of a channel.
 pub(crate) async fn next<T>(rx: &mut mpsc::UnboundedReceiver<T>) -> Option<T> {
-    std::future::poll_fn(|cx| futures_core::Stream::poll_next(std::pin::Pin::new(&mut *rx), cx))
-        .await
+    rx.next().await
 }
 
 /// Reads the generation and writes the next one, inside `tx`'s `session` store. Returns
@@ -1104,13 +1177,14 @@ impl Store {
         let req = store.open_cursor().map_err(failed)?;
         let (mut steps, _handlers) = cursor_steps(&req);
         let mut moved = Vec::new();
-        let mut used = std::collections::BTreeSet::new();
+        // Ascending: a cursor visits primary keys in order (`free_ids` relies on it).
+        let mut used = Vec::new();
         while let Some(step) = next(&mut steps).await {
             let Some(cursor) = step? else { break };
             let key = cursor.primary_key().map_err(failed)?;
             match record_id(&key) {
                 Some(id) => {
-                    used.insert(id.0);
+                    used.push(id.0);
                 }
                 None => {
                     let value = cursor.value().map_err(failed)?;
@@ -1139,9 +1213,11 @@ impl Store {
 
 /// Record ids not in `used`: after the highest one first (the re-keyed values come after
 /// every record), then the gaps from 1 up, never past 2^53 - 1.
-fn free_ids(used: &std::collections::BTreeSet<u64>) -> impl Iterator<Item = u64> + '_ {
+/// `used` is in ascending order (a sorted `Vec`: a B-tree set cost the module its code).
+fn free_ids(used: &[u64]) -> impl Iterator<Item = u64> + '_ {
     let top = used.last().copied().unwrap_or(0);
-    (top.saturating_add(1)..=MAX_SAFE_INTEGER).chain((1..top).filter(move |i| !used.contains(i)))
+    (top.saturating_add(1)..=MAX_SAFE_INTEGER)
+        .chain((1..top).filter(move |i| used.binary_search(i).is_err()))
 }
 
 /// The persisted account, re-validated as it is read: a session stored before account

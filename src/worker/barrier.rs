@@ -5,8 +5,8 @@
 //! record handed to its lane before a sign-in is never sent after it.
 
 use super::Inner;
+use crate::channel::oneshot;
 use crate::core::barrier::{Checked, SignInBarrier};
-use futures_channel::oneshot;
 use std::cell::RefCell;
 use std::rc::Rc;
 

@@ -8,10 +8,10 @@
 //! again, in the same order, before any write that arrived later.
 
 use super::Inner;
+use crate::channel::oneshot;
 use crate::core::lanes::Lane;
 use crate::core::record::RecordId;
 use crate::store::{EnqueueFailure, Pending};
-use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 

@@ -2,7 +2,7 @@
 //! (an old and a new worker during an update) through a Web Lock where the browser has
 //! `navigator.locks`.
 
-use futures_channel::oneshot;
+use crate::channel::oneshot;
 use js_sys::{Function, Promise, Reflect};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

@@ -6,6 +6,7 @@
 
 use super::http::{discard_body, header, identity, read_bounded, send, Deadline, IdentityAnswer};
 use super::{absolute, clients, now_ms, Inner, Trigger};
+use crate::channel::{mpsc, oneshot};
 use crate::core::answer::{
     after_recheck, check_age, classify, replay_unavailable_status, settle, Age, AnswerBody,
     ReplayAnswer, Settlement, Verdict,
@@ -23,7 +24,6 @@ use crate::core::record::{AttentionReason, Credentials, RecordId, RecordMeta, Re
 use crate::core::route::{record_is_auth_route, replay_path};
 use crate::protocol::{BlockedEntry, Outgoing};
 use crate::store::{next, QueueItem, ReplayStep, StepDone};
-use futures_channel::{mpsc, oneshot};
 use std::collections::HashMap;
 use std::rc::Rc;
 use web_sys::{
@@ -286,7 +286,13 @@ async fn settled_before(inner: &Inner, deadline: u64) -> bool {
     if left == 0 {
         return !inner.barrier_open();
     }
-    let timer = gloo_timers::future::TimeoutFuture::new(left.min(i32::MAX as u64) as u32);
+    // A callback timer and a oneshot (gloo's TimeoutFuture would bring futures-channel
+    // back into the module); dropping `_timeout` clears the timer.
+    let (fired, timer) = oneshot::channel::<()>();
+    let _timeout =
+        gloo_timers::callback::Timeout::new(left.min(i32::MAX as u64) as u32, move || {
+            let _ = fired.send(());
+        });
     let settled = inner.session_changes_settled();
     let mut timer = std::pin::pin!(timer);
     let mut settled = std::pin::pin!(settled);

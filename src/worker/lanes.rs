@@ -3,8 +3,8 @@
 //! records already stored are the view's: `worker::view`.)
 
 use super::Inner;
+use crate::channel::oneshot;
 use crate::core::lanes::{Deciding, Lane, Ticket};
-use futures_channel::oneshot;
 use std::cell::RefCell;
 use std::rc::Rc;
 

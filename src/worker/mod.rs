@@ -197,32 +197,6 @@ fn watch_updates(inner: &Rc<Inner>) {
 
 #[wasm_bindgen]
 impl Outbox {
-    /// How `core::route::owner` decides a request given as plain values: the Rust side
-    /// of the route rule that `www/sw.js` mirrors (`swOutboxRoute`) to decide before the
-    /// module has loaded; tests/service_worker_route.rs runs the two side by side (a
-    /// navigation `Request` cannot be constructed in a worker, hence plain values).
-    /// `not-ours`, `write`, `read`, `auth`, or `shell <cached URL>`.
-    #[doc(hidden)]
-    pub fn route_for_tests(&self, method: &str, url: &str, navigate: bool) -> String {
-        let Some((same_origin, path)) = fetch::locate_url(url) else {
-            return "not-ours".into();
-        };
-        let request = ShellRequest {
-            navigate,
-            same_origin,
-            method,
-            path: &path,
-            url,
-        };
-        match owner(&request, &self.inner.config, &*self.inner.patterns) {
-            Owner::NotOurs => "not-ours".into(),
-            Owner::Write => "write".into(),
-            Owner::Read => "read".into(),
-            Owner::AuthRoute => "auth".into(),
-            Owner::Shell(cached) => format!("shell {cached}"),
-        }
-    }
-
     /// Answers a request under `apiPrefix` (contract sections 1 and 2): `sw.js` hands
     /// over only those (the app shell's requests it answers itself, needing no module).
     /// With the event, work that the answer does not need (the `MUTATION_QUEUED` report,
@@ -323,18 +297,49 @@ impl Outbox {
         })
     }
 
+    /// The configuration in force, for `sw.js` (precache list, build) and for tests.
+    pub fn config(&self) -> JsValue {
+        crate::js::to_value(&ConfigView::of(&self.inner.config, &self.inner.db_name))
+            .unwrap_or(JsValue::NULL)
+    }
+}
+
+/// Hooks for the service-worker tests (tests/*.rs call them as Rust methods): kept out
+/// of the `#[wasm_bindgen]` block, so the module the site ships exports neither (nor
+/// carries their glue).
+impl Outbox {
+    /// How `core::route::owner` decides a request given as plain values: the Rust side
+    /// of the route rule that `www/sw.js` mirrors (`swOutboxRoute`) to decide before the
+    /// module has loaded; tests/service_worker_route.rs runs the two side by side (a
+    /// navigation `Request` cannot be constructed in a worker, hence plain values).
+    /// `not-ours`, `write`, `read`, `auth`, or `shell <cached URL>`.
+    #[doc(hidden)]
+    pub fn route_for_tests(&self, method: &str, url: &str, navigate: bool) -> String {
+        let Some((same_origin, path)) = fetch::locate_url(url) else {
+            return "not-ours".into();
+        };
+        let request = ShellRequest {
+            navigate,
+            same_origin,
+            method,
+            path: &path,
+            url,
+        };
+        match owner(&request, &self.inner.config, &*self.inner.patterns) {
+            Owner::NotOurs => "not-ours".into(),
+            Owner::Write => "write".into(),
+            Owner::Read => "read".into(),
+            Owner::AuthRoute => "auth".into(),
+            Owner::Shell(cached) => format!("shell {cached}"),
+        }
+    }
+
     /// For the service-worker tests, whose server always answers: behave as after a
     /// network failure (the known-offline fast path), so a write is queued without an
     /// attempt, whatever the machine's timing.
     #[doc(hidden)]
     pub fn assume_network_failed_for_tests(&self) {
         self.inner.network_failed();
-    }
-
-    /// The configuration in force, for `sw.js` (precache list, build) and for tests.
-    pub fn config(&self) -> JsValue {
-        crate::js::to_value(&ConfigView::of(&self.inner.config, &self.inner.db_name))
-            .unwrap_or(JsValue::NULL)
     }
 }
 

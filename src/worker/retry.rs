@@ -11,8 +11,8 @@
 //! a sync), whose start flush takes over.
 
 use super::{describe, flush, now_ms, scope, Inner, Trigger};
+use crate::channel::oneshot;
 use crate::core::backoff::BASE_MS;
-use futures_channel::oneshot;
 use js_sys::Reflect;
 use std::cell::RefCell;
 use std::rc::Rc;

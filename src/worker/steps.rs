@@ -13,10 +13,10 @@
 //! not two.
 
 use super::Inner;
+use crate::channel::oneshot;
 use crate::core::lanes::Lane;
 use crate::store::idb::IdbError;
 use crate::store::{ReplayStep, StepDone};
-use futures_channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
