@@ -274,7 +274,8 @@ pub fn read_item(key: &JsValue, value: &JsValue, patterns: &dyn Patterns) -> Opt
 fn raw_record(value: &JsValue) -> Result<RawRecord, String> {
     let wrong = |f: &str, what: &str| ["field `", f, "` is not ", what].concat();
     let get = |f: &'static str| -> Result<Option<JsValue>, String> {
-        let v = Reflect::get(value, &JsValue::from_str(f)).map_err(|_| wrong(f, "readable"))?;
+        let v = crate::js::with_name(f, |name| Reflect::get(value, name))
+            .map_err(|_| wrong(f, "readable"))?;
         Ok((!v.is_null() && !v.is_undefined()).then_some(v))
     };
     let num = |f: &'static str| -> Result<Option<f64>, String> {
@@ -548,7 +549,8 @@ impl Store {
         let mut foreign = 0;
         for value in values.iter() {
             // The store's key path is `id`: a value's `id` is its primary key.
-            let key = Reflect::get(&value, &"id".into()).unwrap_or(JsValue::UNDEFINED);
+            let key = crate::js::with_name("id", |id| Reflect::get(&value, id))
+                .unwrap_or(JsValue::UNDEFINED);
             match read_item(&key, &value, &*self.patterns) {
                 Some(item) => items.push(item),
                 None => foreign += 1,
