@@ -102,7 +102,7 @@ fn unexpected(u: Unexpected) -> String {
                 .unwrap_or_default()
         ),
         Unexpected::Char(c) => format!("character `{c}`"),
-        Unexpected::Str(s) => format!("string {s:?}"),
+        Unexpected::Str(s) => format!("string {}", crate::core::text::quoted(s)),
         Unexpected::Bytes(_) => "byte array".into(),
         Unexpected::Unit => "unit value".into(),
         Unexpected::Option => "Option value".into(),

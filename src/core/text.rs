@@ -36,9 +36,58 @@ pub fn match_starts<'a>(hay: &'a str, needle: &'a str) -> impl Iterator<Item = u
     })
 }
 
+/// `s` in double quotes as `{:?}` writes it, for the reasons the outbox gives: `"`,
+/// `\\` and ASCII control characters escaped. Not `{:?}` itself: it brings std's
+/// Unicode escaping tables into the module (0.5 KB gzipped); a non-ASCII character
+/// here is written as it is (`{:?}` escapes the few it deems unprintable).
+pub fn quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0' => out.push_str("\\0"),
+            c if c.is_ascii_control() => {
+                out.push_str("\\u{");
+                // Lower-case hex without leading zeros, as `{:?}` writes it.
+                let n = u32::from(c);
+                let digit = |d: u32| char::from_digit(d, 16).unwrap_or('0');
+                if n >= 0x10 {
+                    out.push(digit(n >> 4));
+                }
+                out.push(digit(n & 0xf));
+                out.push('}');
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quotes_as_debug_does_for_ascii() {
+        let all_ascii: String = (0u8..128).map(char::from).collect();
+        for s in [
+            "",
+            "FLUSH",
+            "a\"b\\c",
+            "tab\there\nnew\r\0",
+            "\u{1b}[31m\u{7f}",
+            &all_ascii,
+            "é ü 漢",
+        ] {
+            assert_eq!(quoted(s), format!("{s:?}"), "{s}");
+        }
+    }
 
     #[test]
     fn finds_as_str_find_does() {
