@@ -508,7 +508,7 @@ function refuse(event, type, e) {
 
 self.addEventListener('sync', (event) => {
   nudgeWaiting();
-  event.waitUntil(outbox().then((o) => o.handle_sync(event.tag)));
+  event.waitUntil(outbox().then((o) => o.handle_sync(event.tag, event.lastChance === true)));
 });
 
 self.addEventListener('notificationclick', (event) => {
