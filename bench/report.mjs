@@ -151,18 +151,21 @@ export function summaryMarkdown(r) {
       L.push(`| ${NAMES[k] ?? k} | ${fmt(q.small.perRecordMs)} | ${fmt(q.big.perRecordMs)} | ${fmt(q.perRecordRatio)}× | ${mb(q.small.memory?.peakRetainedAfterGc)} / ${mb(q.big.memory?.peakRetainedAfterGc)} | ${mb(q.small.memory?.wasmMemoryBefore)} → ${mb(q.small.memory?.wasmMemoryAfter)} / ${mb(q.big.memory?.wasmMemoryBefore)} → ${mb(q.big.memory?.wasmMemoryAfter)} |`);
     }
   }
-  const st = S.filter((s) => s.firstWriteAfterStop?.product?.steps);
-  if (st.length) {
+  const stepTable = (row, title) => {
+    const st = S.filter((s) => s[row]?.product?.steps);
+    if (!st.length) return;
     L.push('');
-    L.push('First write after a stopped worker, step by step: when each step was reached, in ms after the page\'s `fetch()` (medians; the worker\'s time origin, then its User Timing marks, then the page\'s answer):');
+    L.push(title);
     L.push('');
     L.push(`| subject | step | ${st.map(settingLabel).join(' | ')} |`);
     L.push(`|---|---|${st.map(() => '---:').join('|')}|`);
     for (const k of ['product', 'workbox', 'plain']) {
-      const names = [...new Set(st.flatMap((s) => Object.keys(s.firstWriteAfterStop[k]?.steps ?? {})))];
-      names.forEach((n, i) => L.push(`| ${i ? '' : NAMES[k]} | ${n} | ${st.map((s) => fmt(s.firstWriteAfterStop[k]?.steps?.[n])).join(' | ')} |`));
+      const names = [...new Set(st.flatMap((s) => Object.keys(s[row][k]?.steps ?? {})))];
+      names.forEach((n, i) => L.push(`| ${i ? '' : NAMES[k]} | ${n} | ${st.map((s) => fmt(s[row][k]?.steps?.[n])).join(' | ')} |`));
     }
-  }
+  };
+  stepTable('coldRegister', 'Cold `register()` → controlled, step by step: when each step was reached, in ms after `register()` (medians; the worker\'s time origin, then its User Timing marks, then the page seeing itself controlled):');
+  stepTable('firstWriteAfterStop', 'First write after a stopped worker, step by step: when each step was reached, in ms after the page\'s `fetch()` (medians; the worker\'s time origin, then its User Timing marks, then the page\'s answer):');
   L.push('');
   L.push('Raw limits inside one service worker (N sequential unless noted; POST loops under latency use --raw-n records):');
   L.push('');

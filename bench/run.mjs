@@ -217,7 +217,7 @@ async function runSetting(setting, env) {
    * fetch began (epoch times on both sides): the worker's time origin, then its User
    * Timing marks (the product's `sw-outbox:*` in www/sw.js, the peers' `bench:*`), then
    * the page's answer. */
-  async function workerStartSteps(site, fetchAt, answeredMs) {
+  async function workerStartSteps(site, fetchAt, answeredMs, answered = 'answer read by the page') {
     const worker = await WorkerCDP.attach(context, site.page, site.origin);
     if (!worker) return null;
     try {
@@ -228,7 +228,7 @@ async function runSetting(setting, env) {
       const { origin, marks } = JSON.parse(result.value);
       const steps = { 'worker thread started': origin - fetchAt };
       for (const [name, t] of marks) if (!(name in steps)) steps[name] = origin + t - fetchAt;
-      steps['answer read by the page'] = answeredMs;
+      steps[answered] = answeredMs;
       return steps;
     } finally { await worker.detach(); }
   }
@@ -270,15 +270,21 @@ async function runSetting(setting, env) {
     if (has('cold')) {
       log('cold start: register() → controlled');
       const cold = Object.fromEntries(SUBJECTS.map((s) => [s, []]));
+      const coldSteps = Object.fromEntries(SUBJECTS.map((s) => [s, []]));
       for (let rep = 0; rep < opt.reps; rep++) {
         for (const s of SUBJECTS) {
           const site = await newSite(s);
           await site.page.bringToFront();
-          cold[s].push((await site.register()).ms);
+          const r = await site.register();
+          cold[s].push(r.ms);
+          // when each step of install and activation happened, in ms after register()
+          coldSteps[s].push(await workerStartSteps(site, r.at, r.ms, 'page controlled'));
           await site.dispose();
         }
       }
-      out.coldRegister = Object.fromEntries(SUBJECTS.map((s) => [s, { runsMs: cold[s].map(r2), medianMs: r2(median(cold[s])) }]));
+      out.coldRegister = Object.fromEntries(SUBJECTS.map((s) => [s, {
+        runsMs: cold[s].map(r2), medianMs: r2(median(cold[s])), steps: medianSteps(coldSteps[s]),
+      }]));
     }
 
     // ---- 1. offline enqueue, sequential (the server drops every connection)
@@ -524,7 +530,11 @@ async function runSetting(setting, env) {
             const r = await site.ev((a) => window.bench.sequential(a), { n: 1, run: nextRun(), bytes: opt.bytes, ws: 'cold' });
             expect202(`${s} first write after stop`, r.statuses, 1);
             firstWrite[s].push(r.ms[0]);
-            startSteps[s].push(await workerStartSteps(site, r.at[0], r.ms[0]));
+            const steps = await workerStartSteps(site, r.at[0], r.ms[0]);
+            // The row times a cold start: a worker woken during the pause (a sync event
+            // fired at a stopped worker, say) makes it a warm one.
+            if (steps && steps['worker thread started'] < 0) problems.push(`${label}: ${s} first write after stop: the worker started ${-r2(steps['worker thread started'])} ms before the write, not for it`);
+            startSteps[s].push(steps);
           });
         }
       }

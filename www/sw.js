@@ -352,9 +352,11 @@ function keepAlive(event) {
 }
 
 self.addEventListener('install', (event) => {
+  mark('install');
   event.waitUntil((async () => {
     const cache = await caches.open(CACHE);
     await cache.addAll([...RUNTIME, ...CONFIG.precache].map(fresh));
+    mark('precached');
     await outbox(); // a build whose module does not start must not install
     // With `skipWaiting: false` the new version waits for a page's SKIP_WAITING (or for
     // every page of the old one to close), so a site can prompt before it takes over.
@@ -407,16 +409,20 @@ async function dropOlderCaches() {
 }
 
 self.addEventListener('activate', (event) => {
+  mark('activate');
   event.waitUntil((async () => {
     const locks = self.navigator && self.navigator.locks;
     await (locks ? locks.request(CACHES_LOCK, dropOlderCaches) : dropOlderCaches())
       .catch((e) => console.warn('sw-outbox: older caches not cleaned up', e));
+    mark('caches-cleaned');
     // Another version may have changed the session or the queue while this one
     // waited: its view is checked here. (Chromium may hand it a page's fetch before
     // this runs, while it is still activating: such a write reads the database itself,
     // worker::view.)
     await outbox().then((o) => o.handle_activate()).catch(() => {});
+    mark('view-checked');
     await self.clients.claim();
+    mark('claimed');
     // The start flush runs now that this worker is active; activation does not wait
     // for it.
     outbox().then(startFlush).catch(() => {});
@@ -508,7 +514,7 @@ function refuse(event, type, e) {
 
 self.addEventListener('sync', (event) => {
   nudgeWaiting();
-  event.waitUntil(outbox().then((o) => o.handle_sync(event.tag)));
+  event.waitUntil(outbox().then((o) => o.handle_sync(event.tag, event.lastChance === true)));
 });
 
 self.addEventListener('notificationclick', (event) => {

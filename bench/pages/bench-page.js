@@ -6,7 +6,10 @@ const subject = params.get('subject');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** Registers `url` and resolves once an activated worker controls this page. */
+/** Registers `url` and resolves once an activated worker controls this page. Woken by
+ * each worker's state change as well as `controllerchange`: a worker that claims the page
+ * before its activation ends is `activated` only after the `controllerchange`, and
+ * waiting out a poll interval then would be timed as the subject's. */
 async function registerAndControl(url) {
   const container = navigator.serviceWorker;
   const reg = await container.register(url, { scope: '/' });
@@ -14,7 +17,9 @@ async function registerAndControl(url) {
     if (reg.active?.state === 'activated' && container.controller) return reg;
     await new Promise((r) => {
       const t = setTimeout(r, 50);
-      container.addEventListener('controllerchange', () => { clearTimeout(t); r(); }, { once: true });
+      const wake = () => { clearTimeout(t); r(); };
+      container.addEventListener('controllerchange', wake, { once: true });
+      for (const w of [reg.installing, reg.waiting, reg.active]) w?.addEventListener('statechange', wake, { once: true });
     });
   }
 }
@@ -32,6 +37,9 @@ let client = null; // the product's OutboxClient
 
 const adapters = {
   product: {
+    // The page helper is loaded before the clock starts (`preload`): a site's page has its
+    // own script loaded when it registers, as the peers' pages here have theirs.
+    preload: () => import('/outbox-client.js'),
     async register(url) {
       const { registerOutbox } = await import('/outbox-client.js');
       client = await registerOutbox({ scriptUrl: url, timeoutMs: 60000, commandTimeoutMs: 600000 });
@@ -100,11 +108,12 @@ async function write(path, body) {
 window.bench = {
   subject,
   async register(url) {
+    await adapter.preload?.();
     const t0 = performance.now();
     await adapter.register(url);
     const ms = performance.now() - t0;
     await adapter.ready();
-    return { ms };
+    return { ms, at: performance.timeOrigin + t0 };
   },
   ready: () => adapter.ready(),
   clear: () => adapter.clear(),

@@ -86,8 +86,11 @@ async function size() {
   return { ok: true, size: await request(tx.objectStore('outbox').count()) };
 }
 
-self.addEventListener('install', () => self.skipWaiting());
-self.addEventListener('activate', (event) => event.waitUntil(self.clients.claim()));
+self.addEventListener('install', () => { performance.mark('bench:install'); self.skipWaiting(); });
+self.addEventListener('activate', (event) => {
+  performance.mark('bench:activate');
+  event.waitUntil(self.clients.claim().then(() => performance.mark('bench:claimed')));
+});
 
 self.addEventListener('message', (event) => {
   const port = event.ports[0];

@@ -21,8 +21,11 @@ function replayOnce(queue) {
 
 const queue = new Queue('bench', { onSync: ({ queue: q }) => replayOnce(q), maxRetentionTime: 7 * 24 * 60 });
 
-self.addEventListener('install', () => self.skipWaiting());
-self.addEventListener('activate', (event) => event.waitUntil(self.clients.claim()));
+self.addEventListener('install', () => { performance.mark('bench:install'); self.skipWaiting(); });
+self.addEventListener('activate', (event) => {
+  performance.mark('bench:activate');
+  event.waitUntil(self.clients.claim().then(() => performance.mark('bench:claimed')));
+});
 
 const WRITES = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 self.addEventListener('fetch', (event) => {

@@ -279,7 +279,7 @@ async fn write(
         Ok(Stored { id, owner }) => {
             // The sync is registered before the 202 (as the contract lists it); the
             // report follows the answer. Both say whether it was (r3: `background`).
-            let background = super::retry::register_sync(&cfg.sync_tag).await;
+            let background = inner.sync_for_queued().await;
             let report = Outgoing::Queued {
                 id,
                 method,

@@ -100,6 +100,9 @@ pub(crate) struct Inner {
     /// Sync events being handled now: a sync is never registered while one fires (it
     /// would fire again as soon as that one ends).
     syncs_firing: std::cell::Cell<u32>,
+    /// A write was queued while a sync event was being handled: its registration waits
+    /// for the event's end (`sync_for_queued`, `handle_sync`).
+    sync_owed: std::cell::Cell<bool>,
     background_sync: bool,
 }
 
@@ -172,6 +175,7 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         barrier: barrier::Barrier::default(),
         accounts: clients::WindowAccounts::default(),
         syncs_firing: std::cell::Cell::new(0),
+        sync_owed: std::cell::Cell::new(false),
         background_sync: retry::has_background_sync(),
     });
     inner.reload().await;
@@ -231,7 +235,8 @@ impl Outbox {
     /// after a retry the flush scheduled when that is near (the sync event keeps the
     /// worker alive for it), and rejects when work is left, so the browser retries the
     /// sync later too.
-    pub fn handle_sync(&self, tag: String) -> js_sys::Promise {
+    /// `last_chance`: the event's own (the browser gives the sync up if this one fails).
+    pub fn handle_sync(&self, tag: String, last_chance: bool) -> js_sys::Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             if tag == inner.config.sync_tag {
@@ -241,7 +246,19 @@ impl Outbox {
                 inner
                     .syncs_firing
                     .set(inner.syncs_firing.get().saturating_sub(1));
-                if outcome.retry_later {
+                // Its flush stopped, but the worker's own retry it waited for may have
+                // delivered the rest since: a rejection would have the browser fire it
+                // again minutes later (waking the worker) for an empty queue.
+                let retry_later = outcome.retry_later && inner.store.count().await.unwrap_or(1) > 0;
+                let retried = retry_later && !last_chance;
+                if inner.syncs_firing.get() == 0 && inner.sync_owed.take() && !retried {
+                    // Writes were queued while it fired and the browser will not fire it
+                    // again by itself: registered now (it fires again once this ends).
+                    if inner.store.count().await.unwrap_or(1) > 0 {
+                        retry::register_sync(&inner.config.sync_tag).await;
+                    }
+                }
+                if retry_later {
                     // A rejected sync promise makes the browser retry the sync later.
                     return Err(JsValue::from_str("sw-outbox: flush incomplete"));
                 }

@@ -74,6 +74,21 @@ pub(crate) async fn register_sync(tag: &str) -> bool {
     }
 }
 
+impl Inner {
+    /// The sync for a write just queued (its `background`). Not registered while a sync
+    /// event is being handled: the browser would fire it again as soon as that one ends,
+    /// waking the worker (a stopped one included) for a sync that meets the same network
+    /// the write just failed on. That event's rejection has the browser retry it later;
+    /// when it is not retried, `handle_sync` registers the sync as it ends.
+    pub(crate) async fn sync_for_queued(&self) -> bool {
+        if self.background_sync && self.syncs_firing.get() > 0 {
+            self.sync_owed.set(true);
+            return true;
+        }
+        register_sync(&self.config.sync_tag).await
+    }
+}
+
 /// Whether a new version of the worker is installing or waiting. A worker that is being
 /// replaced holds no event open for a retry: the new version activates only once this
 /// one has no event left, and it runs the queue itself (its start flush).

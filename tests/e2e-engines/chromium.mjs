@@ -126,6 +126,28 @@ export async function launchChromium({ profile: given } = {}) {
       await cdp.send('ServiceWorker.enable');
       return { versions, stop: () => cdp.detach().catch(() => {}) };
     },
+    /**
+     * Follows Background Sync as the browser records it (CDP's BackgroundService domain,
+     * what DevTools' Application panel shows): `events` lists each {at (ms), name, tag}
+     * ('Registered sync', 'Dispatched sync event', 'Sync completed', …); `stop()` ends it.
+     */
+    async watchBackgroundSync() {
+      const cdp = await context.newCDPSession(context.pages()[0] ?? await context.newPage());
+      const t0 = Date.now();
+      const events = [];
+      cdp.on('BackgroundService.backgroundServiceEventReceived', ({ backgroundServiceEvent: e }) => {
+        events.push({ at: Date.now() - t0, name: e.eventName, tag: e.instanceId, meta: e.eventMetadata });
+      });
+      await cdp.send('BackgroundService.startObserving', { service: 'backgroundSync' });
+      await cdp.send('BackgroundService.setRecording', { shouldRecord: true, service: 'backgroundSync' });
+      return {
+        events,
+        stop: async () => {
+          await cdp.send('BackgroundService.setRecording', { shouldRecord: false, service: 'backgroundSync' }).catch(() => {});
+          await cdp.detach().catch(() => {});
+        },
+      };
+    },
     grantNotifications: (origin) => context.grantPermissions(['notifications'], { origin }),
     /** Lets pages of `origin` read the clipboard (navigator.clipboard.readText), which
      * headless Chromium otherwise refuses: there is no one to answer its prompt. */

@@ -13,6 +13,7 @@
 //                              (resolves once they are stopped)
 //   workerStarts()             how many times a service worker was started (so far)
 //   dispatchSync(origin, tag)  fire a Background Sync event at the origin's registration
+//   watchBackgroundSync()      the browser's own record of sync registrations and events
 //   setOffline(offline)        the browser's own network state (the worker's fetches fail;
 //                              back online, the worker gets `online` where it fires one)
 //   overrideQuota(origin, size) shrink the origin's storage quota (no size: restore it)
@@ -46,6 +47,7 @@ export const FEATURES = {
   chromium: {
     stopWorkers: true,
     dispatchSync: true,
+    watchBackgroundSync: true,
     backgroundSync: true,
     setOffline: true,
     overrideQuota: true,
@@ -59,6 +61,7 @@ export const FEATURES = {
   firefox: {
     stopWorkers: true,
     dispatchSync: `Firefox ${NO_SYNC}`,
+    watchBackgroundSync: `Firefox ${NO_SYNC}`,
     backgroundSync: `Firefox ${NO_SYNC}`,
     setOffline: true,
     overrideQuota: NO_QUOTA,
@@ -72,6 +75,7 @@ export const FEATURES = {
   webkit: {
     stopWorkers: 'WebKitWebDriver has no command that stops a service worker (nor does MiniBrowser\'s automation)',
     dispatchSync: `WebKit ${NO_SYNC}`,
+    watchBackgroundSync: `WebKit ${NO_SYNC}`,
     backgroundSync: `WebKit ${NO_SYNC}`,
     overrideQuota: NO_QUOTA,
     setOffline: 'WebKitWebDriver has no network emulation or offline switch, so a test cannot make the browser itself go offline and back',

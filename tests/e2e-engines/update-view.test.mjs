@@ -63,9 +63,12 @@ forEachEngine((engine, harness) => {
       await control('network', { down: true });
       const w1 = await write(tab, P('p1'), 'W1: alice, queued by the old worker');
       assert.equal(w1.status, 202, JSON.stringify(w1));
-      await control('network', { down: false });
       // Signing out and in needs the server; W1 waits behind a short Retry-After meanwhile.
+      // The rule is in place before the network comes back: the old worker's offline
+      // probe may flush the moment it does, and W1 applied then would leave W2 nothing to
+      // wait behind (seen in Chromium, 1 run in 8).
       await control('faults', { rules: [{ path: P('p1'), method: 'POST', kind: 'status', status: 503, retryAfter: '1' }] });
+      await control('network', { down: false });
       await signOutThroughUi(tab);
       await signIn(tab, 'bob');
       await control('network', { down: true });
