@@ -21,6 +21,34 @@ const MAX_SAFE: f64 = crate::core::record::MAX_SAFE_INTEGER as f64;
 /// page message nested this deep is not one the outbox reads).
 const MAX_DEPTH: u16 = 128;
 
+thread_local! {
+    /// The JavaScript strings of field names made so far, with each name's address and
+    /// length (names are `&'static str`: the address is the name's identity). A list:
+    /// the module holds a few dozen names, and a map's code cost 0.5 KB of gzip more.
+    static NAMES: std::cell::RefCell<Vec<(usize, usize, JsValue)>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+/// Calls `f` with `name` as a JavaScript string, made once per worker: a field name
+/// crossing into JavaScript is a UTF-8 decode each time, and a write or a replayed
+/// record sets or reads some twenty of them (the record, its report). `f` must not
+/// call `with_name` itself.
+pub fn with_name<R>(name: &'static str, f: impl FnOnce(&JsValue) -> R) -> R {
+    let id = (name.as_ptr() as usize, name.len());
+    NAMES.with(|names| {
+        let mut names = names.borrow_mut();
+        let at = match names.iter().position(|(p, l, _)| (*p, *l) == id) {
+            Some(at) => at,
+            None => {
+                names.push((id.0, id.1, JsValue::from_str(name)));
+                names.len() - 1
+            }
+        };
+        f(&names[at].2)
+    })
+}
+
 /// Why a value could not be read or written.
 #[derive(Debug)]
 pub struct Error(String);
@@ -74,7 +102,7 @@ fn unexpected(u: Unexpected) -> String {
                 .unwrap_or_default()
         ),
         Unexpected::Char(c) => format!("character `{c}`"),
-        Unexpected::Str(s) => format!("string {s:?}"),
+        Unexpected::Str(s) => format!("string {}", crate::core::text::quoted(s)),
         Unexpected::Bytes(_) => "byte array".into(),
         Unexpected::Unit => "unit value".into(),
         Unexpected::Option => "Option value".into(),
@@ -609,7 +637,8 @@ impl ser::SerializeStruct for ObjOut {
         key: &'static str,
         value: &T,
     ) -> Result<(), Error> {
-        self.set(&JsValue::from_str(key), value.serialize(Ser)?)
+        let value = value.serialize(Ser)?;
+        with_name(key, |key| self.set(key, value))
     }
     fn end(self) -> Result<JsValue, Error> {
         Ok(self.obj.into())

@@ -17,3 +17,9 @@ pub mod js;
 pub mod store;
 #[cfg(target_arch = "wasm32")]
 pub mod worker;
+
+/// Talc in place of std's dlmalloc on wasm32: smaller code (see bench/README.md, issue
+/// 30). The worker is single-threaded (no `atomics`), as talc's WebAssembly set-up needs.
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();

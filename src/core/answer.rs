@@ -2,6 +2,7 @@
 
 use super::config::Config;
 use super::record::{AttentionReason, RecordMeta, RecordState};
+use super::text;
 use serde_json::Value;
 
 /// An answer's body as far as classification reads it (bounded by the shell: at most
@@ -133,7 +134,7 @@ fn has_code(body: AnswerBody<'_>, code: &str) -> bool {
 /// `word` occurs in `text` with no letter, digit or `_` on either side.
 fn names_word(text: &str, word: &str) -> bool {
     let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
-    text.match_indices(word).any(|(at, _)| {
+    text::match_starts(text, word).any(|at| {
         !part(text[..at].chars().next_back()) && !part(text[at + word.len()..].chars().next())
     })
 }
@@ -141,7 +142,7 @@ fn names_word(text: &str, word: &str) -> bool {
 /// Whether the body names `word` anywhere a server puts an error's code or words
 /// (case-insensitive), JSON fields or plain text (an HTML error page).
 fn mentions(body: AnswerBody<'_>, word: &str) -> bool {
-    let hit = |s: &str| s.to_ascii_lowercase().contains(word);
+    let hit = |s: &str| text::contains(&s.to_ascii_lowercase(), word);
     match body {
         AnswerBody::Text(t) => hit(t),
         _ => error_strings(body).any(hit),
@@ -193,9 +194,9 @@ fn states_csrf_failure(text: &str) -> bool {
         .split(|c: char| !c.is_ascii_alphanumeric())
         .filter(|w| !w.is_empty())
         .collect();
-    let failing = |w: &str| FAILURE_STEMS.iter().any(|s| w.contains(s));
+    let failing = |w: &str| FAILURE_STEMS.iter().any(|s| text::contains(w, s));
     words.iter().enumerate().any(|(i, w)| {
-        (w.contains("csrf") || w.contains("xsrf"))
+        (text::contains(w, "csrf") || text::contains(w, "xsrf"))
             && words
                 [i.saturating_sub(CSRF_FAILURE_SPAN)..(i + CSRF_FAILURE_SPAN + 1).min(words.len())]
                 .iter()
@@ -213,7 +214,7 @@ fn visible_text(body: &str) -> String {
         out.push_str(&body[at..open]);
         out.push(' ');
         let rest = &lower[open..];
-        let skip_to = |end: &str| rest.find(end).map(|i| open + i + end.len());
+        let skip_to = |end: &str| text::find(rest, end).map(|i| open + i + end.len());
         let close = if rest.starts_with("<!--") {
             skip_to("-->")
         } else if rest.starts_with("<script") {
@@ -347,7 +348,7 @@ pub fn parse_retry_after(value: &str, now_ms: u64) -> Option<u64> {
 
 /// Parses `Sun, 06 Nov 1994 08:49:37 GMT` into milliseconds since the epoch.
 fn parse_http_date_ms(s: &str) -> Option<u64> {
-    let rest = s.split_once(", ")?.1;
+    let rest = &s[text::find(s, ", ")? + 2..];
     let parts: Vec<&str> = rest.split(' ').collect();
     let [day, month, year, time, "GMT"] = parts.as_slice() else {
         return None;

@@ -19,3 +19,4 @@ pub mod record;
 pub mod recovery;
 pub mod route;
 pub mod shell;
+pub mod text;

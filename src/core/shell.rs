@@ -110,7 +110,7 @@ pub fn shell_url(config: &Config) -> Option<&str> {
 pub fn is_page(url: &str) -> bool {
     let path = url.split(['?', '#']).next().unwrap_or("");
     // The path of an absolute URL starts after "scheme://host".
-    let path = match path.find("://") {
+    let path = match super::text::find(path, "://") {
         Some(i) => path[i + 3..].find('/').map_or("/", |j| &path[i + 3 + j..]),
         None => path,
     };

@@ -270,7 +270,10 @@ pub fn parse_command(msg: &Value, limits: Limits) -> Result<Envelope, Refusal> {
             (Some(Value::String(u)), _) if !u.is_empty() => Err(format!("userId {ACCOUNT_RULE}")),
             _ => Err("userId must be a non-empty string".into()),
         },
-        other => Err(format!("type {other:?} is not a command of this outbox")),
+        other => Err(format!(
+            "type {} is not a command of this outbox",
+            crate::core::text::quoted(other)
+        )),
     };
     parsed
         .map(|command| Envelope {

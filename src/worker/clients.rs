@@ -1,8 +1,9 @@
 //! Messages to pages: reports to every window of the scope, answers to the sender, and
 //! reports of one account to that account's windows only.
 
+use crate::channel::oneshot;
 use crate::protocol::Outgoing;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -30,11 +31,55 @@ pub async fn windows() -> Vec<Client> {
     }
 }
 
-/// Sends a report to every window client.
+/// Sends a report to every window client; resolves once it was posted. Reports made
+/// while the windows are being looked up wait for the next look-up, which then serves
+/// all of them in the order they were made: with 16 writes in flight, one
+/// `clients.matchAll` per group of `MUTATION_QUEUED` reports instead of one per write.
+/// Each report's look-up still starts after the report was made, so a window that
+/// opened before it gets it, as with a look-up of its own.
 pub async fn broadcast(msg: &Outgoing) {
-    let value = to_js(msg);
-    for client in windows().await {
-        let _ = client.post_message(&value);
+    let (done, posted) = oneshot::channel();
+    let first = REPORTS.with(|r| {
+        r.waiting.borrow_mut().push((to_js(msg), done));
+        !r.looking.replace(true)
+    });
+    if first {
+        wasm_bindgen_futures::spawn_local(post_waiting());
+    }
+    let _ = posted.await;
+}
+
+/// Reports waiting for a look-up of the windows, and whether one is under way.
+#[derive(Default)]
+struct Reports {
+    waiting: RefCell<Vec<(JsValue, oneshot::Sender<()>)>>,
+    looking: Cell<bool>,
+}
+
+thread_local! {
+    static REPORTS: Reports = Reports::default();
+}
+
+/// Looks the windows up for the reports waiting now and posts them, until none waits.
+async fn post_waiting() {
+    loop {
+        let batch = REPORTS.with(|r| {
+            let batch = std::mem::take(&mut *r.waiting.borrow_mut());
+            if batch.is_empty() {
+                r.looking.set(false);
+            }
+            batch
+        });
+        if batch.is_empty() {
+            return;
+        }
+        let open = windows().await;
+        for (value, done) in batch {
+            for client in &open {
+                let _ = client.post_message(&value);
+            }
+            let _ = done.send(());
+        }
     }
 }
 
