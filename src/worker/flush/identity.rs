@@ -13,7 +13,6 @@ use crate::core::identity::Identity;
 use crate::core::record::RecordId;
 use crate::worker::http::{identity, IdentityAnswer};
 use crate::worker::{absolute, now_ms, Inner};
-use std::collections::HashSet;
 use std::rc::Rc;
 
 /// The identity a flush replays under: the account, its CSRF token, the sign-in
@@ -27,7 +26,8 @@ pub(super) struct Who {
     pub credential: Option<Credential>,
     pub checked: Checked,
     pub generation: u32,
-    pub rechecked: HashSet<RecordId>,
+    /// (A list, not a set: it holds a few ids, and a set's code is kilobytes.)
+    pub rechecked: Vec<RecordId>,
 }
 
 /// An identity check of a flush.
@@ -154,7 +154,7 @@ fn read(
             credential,
             checked,
             generation: 0,
-            rechecked: HashSet::new(),
+            rechecked: Vec::new(),
         }),
         // The server did not take the credential (expired): the pages are asked for a
         // new one, and the flush resumes when it comes (r3, 4.1). Not "signed out":
@@ -250,13 +250,14 @@ pub(super) async fn stale_identity(
     if sent.generation < who.generation {
         return None;
     }
-    if !who.rechecked.insert(sent.id) {
+    if who.rechecked.contains(&sent.id) {
         return Some(Recheck::Failed(
             StopReason::AccountMismatch,
             FlushEnd::Transient,
             None,
         ));
     }
+    who.rechecked.push(sent.id);
     match recheck(inner, who, deadline).await {
         Recheck::Same => None,
         other => Some(other),

@@ -3,7 +3,7 @@
 //! answer goes back to the planner before anything later in its workspace is handed
 //! out. A session change seen since the identity was checked stops the handing out
 //! until the account is named again (the sign-in barrier, r3, 4.5 end); a stale-identity
-//! answer earns the flush's one re-check.
+//! answer earns its record one re-check (r4).
 
 use super::identity::{recheck, stale_identity, Recheck, Who};
 use super::marks::Marks;

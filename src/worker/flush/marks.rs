@@ -23,11 +23,19 @@ const AHEAD: usize = 2;
 /// The flush's marks: those handed over ahead of their records, and for each record
 /// whose request has not left since its first mark in this flush, how many marks it got
 /// and the first-send time the first of them set, if it set one (a record held at the
-/// barrier is handed out, and marked, again).
+/// barrier is handed out, and marked, again). Lists, not maps: they hold a few records
+/// per lane, and a map's code is kilobytes of the module.
 #[derive(Default)]
 pub(super) struct Marks {
-    ahead: HashMap<RecordId, StepAhead>,
-    unsent: HashMap<RecordId, (u32, Option<u64>)>,
+    ahead: Vec<(RecordId, StepAhead)>,
+    unsent: Vec<Unsent>,
+}
+
+/// A record's marks whose request has not left.
+struct Unsent {
+    id: RecordId,
+    marks: u32,
+    first_send: Option<u64>,
 }
 
 impl Marks {
@@ -40,14 +48,14 @@ impl Marks {
         metas: &HashMap<RecordId, RecordMeta>,
         id: RecordId,
     ) -> StepAhead {
-        let mark = match self.ahead.remove(&id) {
-            Some(mark) => mark,
+        let mark = match self.ahead.iter().position(|(a, _)| *a == id) {
+            Some(at) => self.ahead.swap_remove(at).1,
             None => self.mark(inner, metas, id),
         };
         for next in replay.next_in_lane(id, AHEAD) {
-            if !self.ahead.contains_key(&next) {
+            if !self.ahead.iter().any(|(a, _)| *a == next) {
                 let ahead = self.mark(inner, metas, next);
-                self.ahead.insert(next, ahead);
+                self.ahead.push((next, ahead));
             }
         }
         mark
@@ -63,10 +71,13 @@ impl Marks {
     ) -> StepAhead {
         let now = now_ms();
         let first_send = metas.get(&id).is_some_and(|m| m.first_sent_at.is_none());
-        let (marks, first) = self.unsent.entry(id).or_insert((0, None));
-        *marks += 1;
-        if first_send && marks == &1 {
-            *first = Some(now);
+        match self.unsent.iter_mut().find(|u| u.id == id) {
+            Some(u) => u.marks += 1,
+            None => self.unsent.push(Unsent {
+                id,
+                marks: 1,
+                first_send: first_send.then_some(now),
+            }),
         }
         inner.step_ahead(
             ReplayStep::Begin {
@@ -80,14 +91,19 @@ impl Marks {
 
     /// The record's request left (or may have): its mark stays.
     pub fn sent(&mut self, id: RecordId) {
-        self.unsent.remove(&id);
+        self.unsent.retain(|u| u.id != id);
     }
 
     /// The flush ends: every mark whose request never left is cleared, after the steps
     /// handed over so far (its own mark among them).
     pub fn clear_unsent(self, inner: &Rc<Inner>) {
         drop(self.ahead);
-        for (id, (marks, first_send)) in self.unsent {
+        for Unsent {
+            id,
+            marks,
+            first_send,
+        } in self.unsent
+        {
             inner.hand_over_step(
                 ReplayStep::Unmark {
                     id,

@@ -177,7 +177,7 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
         started,
         &mut run.ending,
         run.budget_spent,
-        &plan,
+        Some(&plan),
     )
     .await;
     stop::report(inner, trigger, user.as_deref(), &plan, &mut run, &settled).await;

@@ -179,7 +179,8 @@ pub(super) async fn send_one(inner: &Rc<Inner>, id: RecordId, ticket: Ticket) ->
             v
         }
     };
-    // After the flush's one identity re-check, a 403 is the server's refusal (r3).
+    // After the record's identity re-check (r4: one per record), a 403 is the server's
+    // refusal (r3).
     let verdict = if final_stale {
         after_recheck(verdict)
     } else {

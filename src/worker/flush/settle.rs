@@ -46,18 +46,20 @@ pub(super) struct Settled {
     pub drained: bool,
 }
 
-/// The flush's end after its lanes: a budget spent with records still waiting is a
-/// stop; the backoff moves by the worst end; what is left is counted; the backoff and
-/// the delivery state are stored.
+/// The flush's end: a budget spent with records still waiting (`plan`: the queue was
+/// read) is a stop; the backoff moves by the worst end; what is left is counted; the
+/// backoff and the delivery state are stored. A flush that stopped before it read the
+/// queue ends here too, with its stop and no plan.
 pub(super) async fn conclude(
     inner: &Inner,
     backoff: Backoff,
     started: u64,
     ending: &mut Ending,
     budget_spent: bool,
-    plan: &Plan,
+    plan: Option<&Plan>,
 ) -> Settled {
-    if budget_spent && ending.stop.is_none() && plan.replay.decide().contains(&Decision::Wait) {
+    let waiting = || plan.is_some_and(|p| p.replay.decide().contains(&Decision::Wait));
+    if budget_spent && ending.stop.is_none() && waiting() {
         ending.stop = Some(StopReason::Budget);
     }
     if let Some(stop) = ending.stop {
@@ -75,40 +77,6 @@ pub(super) async fn conclude(
     let delivery = Delivery {
         stopped_by: ending.stop.filter(|_| !drained),
         retry_at: retry,
-        last_attempt_at: Some(started),
-    };
-    save_flush_end(inner, backoff, after, delivery).await;
-    Settled {
-        delivery,
-        remaining,
-        drained,
-    }
-}
-
-/// A flush that stopped before it read the queue: the backoff moved by the stop's end,
-/// what is left counted, and both stored.
-pub(super) async fn conclude_stopped(
-    inner: &Inner,
-    backoff: Backoff,
-    started: u64,
-    stop: StopReason,
-    end: FlushEnd,
-) -> Settled {
-    let after = backoff.after(
-        end,
-        now_ms(),
-        jitter(),
-        inner.config.max_retry_after_ms as u64,
-    );
-    let remaining = inner.store.count().await.ok().map(|n| n as usize);
-    let drained = remaining == Some(0);
-    let delivery = Delivery {
-        stopped_by: (!drained).then_some(stop),
-        retry_at: if drained {
-            None
-        } else {
-            retry_at(Some(stop), false, &after, now_ms())
-        },
         last_attempt_at: Some(started),
     };
     save_flush_end(inner, backoff, after, delivery).await;

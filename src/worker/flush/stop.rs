@@ -6,7 +6,7 @@
 use super::identity::Stop;
 use super::lanes::Run;
 use super::plan::Plan;
-use super::settle::{conclude_stopped, Settled};
+use super::settle::{conclude, Ending, Settled};
 use super::{not_run, FlushOutcome};
 use crate::core::backoff::{Backoff, Trigger};
 use crate::core::delivery::Delivery;
@@ -86,7 +86,12 @@ pub(super) async fn before_reading(
         ask,
     }: Stop,
 ) -> FlushOutcome {
-    let settled = conclude_stopped(inner, backoff, started, stop, end).await;
+    let mut ending = Ending {
+        stop: Some(stop),
+        end,
+        held: false,
+    };
+    let settled = conclude(inner, backoff, started, &mut ending, false, None).await;
     if let Some(user) = &ask {
         clients::ask_for_credential(user).await;
     }
