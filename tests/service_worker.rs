@@ -446,7 +446,9 @@ async fn list_queue_names_the_account_of_the_persisted_session() {
     let listed = command(&o, &js(&serde_json::json!({"type":"LIST_QUEUE"}))).await;
     assert_eq!(listed["account"], Value::Null, "{listed}");
     assert!(
-        listed.as_object().is_some_and(|m| m.contains_key("account")),
+        listed
+            .as_object()
+            .is_some_and(|m| m.contains_key("account")),
         "null is said, not left out: {listed}"
     );
 }

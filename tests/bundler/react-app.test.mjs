@@ -68,7 +68,7 @@ import { PendingBadge } from './PendingBadge';
 const replayRuns = [];
 outbox.on('MUTATIONS_REPLAYED', (m) => replayRuns.push(m));
 outbox.on('MUTATIONS_PARTIAL', (m) => replayRuns.push(m));
-window.app = { outbox, session, checkSession, queryClient, replayRuns, countRenders: [], stateRenders: 0, results: [] };
+window.app = { outbox, session, checkSession, queryClient, replayRuns, countRenders: [], idsRenders: [], stateRenders: 0, results: [] };
 // The test counts the list's fetches: none on a focus change the browser's automation makes.
 focusManager.setEventListener(() => () => {});
 
@@ -77,6 +77,14 @@ function CountWithSelector() {
   const count = useOutbox(outbox, (s) => s.pending.length);
   window.app.countRenders.push(count);
   return <p>selected count: <span data-testid="count">{count}</span></p>;
+}
+
+// A selector that builds a new array each time, with an equality: one entry per render.
+const sameIds = (a, b) => a.length === b.length && a.every((id, i) => id === b[i]);
+function IdsWithSelector() {
+  const ids = useOutbox(outbox, (s) => s.pending.map((r) => r.id), sameIds);
+  window.app.idsRenders.push(ids.join(','));
+  return <p>pending ids: <span data-testid="ids">{ids.join(',')}</span></p>;
 }
 
 // Without one: renders on every change of the state.
@@ -111,6 +119,7 @@ function Tasks() {
 createRoot(document.getElementById('root')).render(
   <>
     <CountWithSelector />
+    <IdsWithSelector />
     <WholeState />
     <p data-testid="badge"><PendingBadge /></p>
     <QueryClientProvider client={queryClient}><Tasks /></QueryClientProvider>
@@ -230,14 +239,14 @@ forEachEngine((engine, harness) => {
       const online = (await page.evaluate(() => window.app.results))[0];
       assert.equal(online.error, undefined, JSON.stringify(online));
       assert.equal(online.task.title, 'added online');
-      const [write] = (await h.requests()).filter((r) => r.method === 'POST');
+      const [write] = (await h.requests()).filter((r) => r.method === 'POST' && r.path === '/api/projects/p1/tasks');
       assert.equal(write.status, 201, JSON.stringify(write));
       assert.ok(write.csrf, 'the page\'s write carried X-CSRF-Token');
 
       // Offline (the server drops every connection: the browser sees no network change,
       // so TanStack's own refetch on reconnect stays out of the count): two adds.
       await h.setNetwork(false);
-      await page.evaluate(() => { window.app.countRenders.length = 0; window.app.stateRenders = 0; });
+      await page.evaluate(() => { window.app.countRenders.length = 0; window.app.idsRenders.length = 0; window.app.stateRenders = 0; });
       await page.evaluate(() => { window.app.add('offline one'); window.app.add('offline two'); });
       await renderedAs(page, 'count', '2');
       await renderedAs(page, 'waiting', 'offline one|offline two');
@@ -277,9 +286,15 @@ forEachEngine((engine, harness) => {
 
       // The selector's component rendered only when its count changed; the whole state's
       // rendered on every change (more often), so the selector is what saved the renders.
-      const { countRenders, stateRenders } = await page.evaluate(() => ({ countRenders: window.app.countRenders, stateRenders: window.app.stateRenders }));
+      const { countRenders, idsRenders, stateRenders } = await page.evaluate(() => ({
+        countRenders: window.app.countRenders, idsRenders: window.app.idsRenders, stateRenders: window.app.stateRenders,
+      }));
       const repeats = countRenders.filter((c, i) => i > 0 && c === countRenders[i - 1]);
       assert.deepEqual(repeats, [], `renders of the selected count: ${countRenders}`);
+      // A new array per state, kept while equal: it too renders only when the ids changed.
+      const idsRepeats = idsRenders.filter((c, i) => i > 0 && c === idsRenders[i - 1]);
+      assert.deepEqual(idsRepeats, [], `renders of the selected ids: ${JSON.stringify(idsRenders)}`);
+      assert.equal(idsRenders.at(-1), '', JSON.stringify(idsRenders));
       assert.deepEqual([countRenders[0], countRenders.at(-1)], [1, 0], `renders of the selected count: ${countRenders}`);
       assert.ok(stateRenders > countRenders.length, `without a selector ${stateRenders} renders, with one ${countRenders.length}`);
     }));
