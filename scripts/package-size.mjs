@@ -16,7 +16,7 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const README = join(root, 'package/README.md');
 
 /** The line's shape; the number is KiB (1024 bytes), rounded. */
-const LINE = /^Size: the worker's files \(`sw\.js` and `pkg\/`: the `\.wasm`, its glue and its loader\) are (\d+) KiB gzipped\.$/m;
+const LINE = /^Size: the worker's files \(`sw\.js` and `pkg\/`: the WebAssembly module, its glue and its loaders\) are (\d+) KiB gzipped\.$/m;
 
 /** The worker's files the package ships (package/package.json `files`), as built in www/. */
 export function workerFiles() {
@@ -43,7 +43,7 @@ export function claimedKiB(text = readFileSync(README, 'utf8')) {
 
 /** The line for `totalBytes`. */
 export function sizeLine(totalBytes) {
-  return `Size: the worker's files (\`sw.js\` and \`pkg/\`: the \`.wasm\`, its glue and its loader) are ${Math.round(totalBytes / 1024)} KiB gzipped.`;
+  return `Size: the worker's files (\`sw.js\` and \`pkg/\`: the WebAssembly module, its glue and its loaders) are ${Math.round(totalBytes / 1024)} KiB gzipped.`;
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
