@@ -332,7 +332,7 @@ async fn verify(
         (_, Some(Identity::SignedOut)) if bearer.needs_on_401().is_some() => {
             if let Some(user) = bearer.needs_on_401() {
                 inner.credential_refused(authorization.as_ref());
-                ask_for_credential(user).await;
+                clients::ask_for_credential(user).await;
             }
             Err(format!(
                 "the server did not accept the session's credential for {owner}: AUTH_NEEDED was sent"
@@ -347,14 +347,6 @@ async fn verify(
         }
         _ => Err("the identity check failed: offline".into()),
     }
-}
-
-/// Asks every window for a credential of `user` (r3: `AUTH_NEEDED`).
-pub(super) async fn ask_for_credential(user: &str) {
-    clients::broadcast(&Outgoing::AuthNeeded {
-        user_id: user.to_owned(),
-    })
-    .await;
 }
 
 async fn rebind(inner: &Rc<Inner>, owner: &str, ids: Option<&[RecordId]>) -> Result<u64, String> {
