@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 /// One outbox's configuration. Field names are the contract's (camelCase in JavaScript).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[cfg_attr(not(target_arch = "wasm32"), derive(serde::Serialize))]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
     /// Same-origin paths starting with this are the outbox's business.
