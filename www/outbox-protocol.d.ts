@@ -280,6 +280,12 @@ export interface QueueState {
   type: 'QUEUE_STATE';
   records: QueueRecord[];
   delivery: Delivery;
+  /**
+   * The account of the session the worker holds: the last `AUTH_SESSION`'s `userId`, as
+   * persisted (null: signed out, or none yet). A page reloaded offline, which cannot ask
+   * the server who is signed in, learns from it whose writes are pending.
+   */
+  account: string | null;
   requestId?: RequestId;
 }
 

@@ -156,6 +156,7 @@ async fn run(
                         Outgoing::QueueState {
                             records,
                             delivery,
+                            account: viewer,
                             request_id: env.request_id.clone(),
                         },
                         None,
