@@ -136,6 +136,16 @@ test('3. a replay that meets the first attempt still running (bare HTML 409) wai
     [{ id: queued.id, state: 'queued', attentionReason: null }],
     `a bare 409 from a running first attempt leaves the record queued for the next flush: ${JSON.stringify(records)}`);
 
+  // The worker's own retries (Background Sync, the backoff timer) get their time while the
+  // attempt still runs: more than maxServerFailures 409s in a row, all within seconds, and
+  // the record still waits (r4: "still running" is patience, not a conflict).
+  await eventually(async () => (await statusesFor(key)).filter((s) => s === 409).length > 3,
+    { timeout: 30000, interval: 250, what: 'the worker\'s own retries to meet the running attempt' });
+  const waited = await listQueue(page);
+  assert.deepEqual(waited.map((x) => ({ id: x.id, state: x.state, attentionReason: x.attentionReason ?? null })),
+    [{ id: queued.id, state: 'queued', attentionReason: null }],
+    `still queued after ${(await statusesFor(key)).filter((s) => s === 409).length} answers 409: ${JSON.stringify(waited)}`);
+
   await h.release();
   await eventually(async () => (await h.running()) === 0 && (await h.applied()).length === 1,
     { timeout: 30000, what: 'the first attempt to finish on the server' });
