@@ -322,8 +322,8 @@ pub fn classify(answer: Option<ReplayAnswer<'_>>, now_ms: u64) -> Verdict {
     }
 }
 
-/// A stale-identity answer to a replay sent after the flush's one identity re-check
-/// (contract 4.5, r3): a second 403 is the server's refusal — `needs-attention`,
+/// A stale-identity answer to a replay sent after its record's identity re-check
+/// (contract 4.5, r3; r4: one per record): a second 403 is the server's refusal — `needs-attention`,
 /// `rejected`, its status kept — not a stall of the whole queue; a second
 /// `account_mismatch` stays a stop of the flush (reported, `account-mismatch`).
 pub fn after_recheck(verdict: Verdict) -> Verdict {
@@ -1149,7 +1149,7 @@ mod tests {
         );
     }
 
-    // r3: after the flush's one identity re-check, a 403 is final; account_mismatch stops.
+    // r3: after the record's identity re-check, a 403 is final; account_mismatch stops.
     #[test]
     fn a_second_stale_identity_answer_after_the_recheck() {
         assert_eq!(
