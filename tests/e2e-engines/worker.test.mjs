@@ -38,7 +38,7 @@ forEachEngine((engine, harness) => {
 
     const qs = await send(page, { type: 'LIST_QUEUE', requestId: 7 });
     assert.deepEqual(qs, {
-      type: 'QUEUE_STATE', records: [], delivery: { stoppedBy: null, retryAt: null, lastAttemptAt: null }, requestId: 7,
-    }, 'LIST_QUEUE answered with its requestId (an empty queue: nothing stalled)');
+      type: 'QUEUE_STATE', records: [], delivery: { stoppedBy: null, retryAt: null, lastAttemptAt: null }, account: null, requestId: 7,
+    }, 'LIST_QUEUE answered with its requestId (an empty queue: nothing stalled; nobody signed in yet)');
   }));
 });
