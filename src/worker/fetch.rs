@@ -285,7 +285,7 @@ async fn write(
                 method,
                 path,
                 workspace,
-                owner_id: owner,
+                owner_id: owner.clone(),
                 background,
             };
             if let (Some(retry), Some(e)) = (inner.retry_soon(), event) {
@@ -293,8 +293,10 @@ async fn write(
                 // alive for the first retry.
                 let _ = e.wait_until(&retry);
             }
+            // To the windows of its account only (contract 5, r4).
+            let me = inner.clone();
             after_answer(event, async move {
-                clients::broadcast(&report).await;
+                clients::to_owner(&me, owner.as_deref(), &report).await;
             })
             .await;
             json_response(&SyntheticAnswer::queued(id, &key, background))

@@ -4,6 +4,7 @@
 //! reported, persisted for `LIST_QUEUE`, and retried (r3, 4.8); no replay is sent while a
 //! sign-in may be changing the session (`worker::barrier`, r3, 4.5 end).
 
+use super::barrier::Held as Fence;
 use super::http::{discard_body, header, identity, read_bounded, send, Deadline, IdentityAnswer};
 use super::{absolute, clients, now_ms, Inner, Trigger};
 use crate::channel::{mpsc, oneshot};
@@ -57,6 +58,15 @@ pub(super) struct Waiter {
 /// asked: a page's `FLUSH_QUEUE` that meets a `sync` flush under way still counts the
 /// records that flush delivered for it.
 pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
+    // Only the active version of a registration flushes (4.5, r4): an installing or
+    // waiting version's triggers, and the timers of a version being replaced, start
+    // nothing.
+    if !super::is_active_version() {
+        return not_run(
+            "this worker is not its registration's active version",
+            false,
+        );
+    }
     let waiting = {
         let mut st = inner.flush.borrow_mut();
         if st.running {
@@ -125,7 +135,12 @@ fn carried(
 async fn run_in_chain(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let me = inner.clone();
     inner
-        .in_chain(Box::pin(async move { flush(&me, trigger).await }))
+        .in_chain(Box::pin(async move {
+            let out = flush(&me, trigger).await;
+            // Its identity holds no longer: the origin's fence is let go of (r4).
+            me.replays_done();
+            out
+        }))
         .await
 }
 
@@ -201,6 +216,20 @@ async fn check_identity(inner: &Rc<Inner>, deadline: u64) -> Check {
                 why: format!("the credential of {user} is needed: AUTH_NEEDED was sent"),
                 ask: Some(user.clone()),
             });
+        }
+        // The origin's fence (r4): this worker's shared hold, which another worker's
+        // sign-in waits for; a change raised while it is awaited sends it back to wait.
+        match inner.hold_for_replays(deadline).await {
+            Fence::Yes => {}
+            Fence::Raised => continue,
+            Fence::TimedOut => {
+                return Check::Stopped(Stop {
+                    stop: StopReason::Budget,
+                    end: FlushEnd::Clean,
+                    why: "a sign-in elsewhere in the origin was still under way when the flush's time ran out".into(),
+                    ask: None,
+                })
+            }
         }
         let Some(checked) = inner.identity_check_begins() else {
             continue;
@@ -625,23 +654,28 @@ async fn flush(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     };
     save_flush_end(inner, backoff, after, delivery).await;
 
-    // Each replayed write's answer, to its account's windows only (r3, contract 5).
-    clients::to_accounts(&inner.accounts, inner.session_user().as_deref(), &settled).await;
+    // Each replayed write's answer, to its account's windows only (r3, contract 5); kept
+    // for an account with no window open (r4).
+    clients::settled(inner, settled).await;
     // Asked once the stop is stored: the `AUTH_SESSION` that answers finds what it resumes.
     if let Some(c) = &refused {
         inner.credential_refused(Some(&c.authorization));
         ask_for = ask_for.or(Some(c.user.clone()));
     }
     if let Some(user) = &ask_for {
-        super::commands::ask_for_credential(user).await;
+        clients::ask_for_credential(inner, user).await;
     }
     if !identity_changed {
-        let blocked = replay
-            .blocked()
-            .into_iter()
-            .map(|(id, reason)| BlockedEntry::of(id, metas.get(&id), reason, user.as_deref()))
-            .collect();
-        clients::broadcast(&Outgoing::Blocked { blocked }).await;
+        // Each window sees the details of its own account's records only (r4: the
+        // account it is on, not the flush's).
+        let blocked = replay.blocked();
+        clients::per_viewer(inner, |viewer| Outgoing::Blocked {
+            blocked: blocked
+                .iter()
+                .map(|&(id, reason)| BlockedEntry::of(id, metas.get(&id), reason, viewer))
+                .collect(),
+        })
+        .await;
     }
     clients::broadcast(&Outgoing::flush_summary(
         replayed,
@@ -716,7 +750,7 @@ async fn stopped_before_reading(
     };
     save_flush_end(inner, backoff, after, delivery).await;
     if let Some(user) = &ask {
-        super::commands::ask_for_credential(user).await;
+        clients::ask_for_credential(inner, user).await;
     }
     if !drained {
         clients::broadcast(&Outgoing::flush_summary(

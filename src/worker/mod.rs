@@ -14,6 +14,7 @@ mod fetch;
 mod flush;
 mod http;
 mod lanes;
+mod locks;
 mod message;
 mod notify;
 mod offline;
@@ -47,6 +48,20 @@ pub(crate) use crate::store::idb::describe;
 /// A same-origin path as an absolute URL of this worker's origin.
 pub(crate) fn absolute(path: &str) -> String {
     format!("{}{}", scope().location().origin(), path)
+}
+
+/// Whether this worker is its registration's active version (`activating` or
+/// `activated`); an installing, waiting or replaced one is not. A scope without
+/// `serviceWorker` (older engines) is taken to be active, as `www/sw.js` does.
+pub(crate) fn is_active_version() -> bool {
+    let me = js_sys::Reflect::get(&js_sys::global(), &"serviceWorker".into())
+        .ok()
+        .filter(|w| w.is_object());
+    let Some(me) = me else { return true };
+    let state = js_sys::Reflect::get(&me, &"state".into())
+        .ok()
+        .and_then(|s| s.as_string());
+    crate::core::barrier::flushes_in_state(state.as_deref())
 }
 
 /// Milliseconds since the epoch, from the worker's clock.
@@ -95,8 +110,6 @@ pub(crate) struct Inner {
     offline: offline::Offline,
     /// The sign-in barrier (`barrier`): no replay while a session may be changing.
     barrier: barrier::Barrier,
-    /// The account each window said it is on (`MUTATION_SETTLED` goes to those only).
-    accounts: clients::WindowAccounts,
     /// Sync events being handled now: a sync is never registered while one fires (it
     /// would fire again as soon as that one ends).
     syncs_firing: std::cell::Cell<u32>,
@@ -173,12 +186,12 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         retry: retry::RetryTimer::default(),
         offline: offline::Offline::default(),
         barrier: barrier::Barrier::default(),
-        accounts: clients::WindowAccounts::default(),
         syncs_firing: std::cell::Cell::new(0),
         sync_owed: std::cell::Cell::new(false),
         background_sync: retry::has_background_sync(),
     });
     inner.reload().await;
+    barrier::listen(&inner);
     watch_updates(&inner);
     Ok(Outbox { inner })
 }
@@ -213,12 +226,40 @@ impl Outbox {
         let inner = self.inner.clone();
         // An auth-route request (a sign-in, a sign-out, a token refresh; any method or
         // mode) stops replays from this moment, synchronously, before anything awaits,
-        // until it is answered and the account is named again (r3, 4.5 end).
-        let changing = fetch::is_auth_route(&inner, &request).then(|| inner.session_changing());
+        // until it is answered and the account is named again (r3, 4.5 end) — in every
+        // outbox worker of the origin (r4): it is sent once they let go of their replays.
+        let changing = fetch::is_auth_route(&inner, &request).then(|| {
+            let hold = inner.config.attempt_timeout_ms + crate::core::barrier::FENCE_WAIT_MS;
+            inner.session_changing(hold)
+        });
         future_to_promise(async move {
+            if let Some(c) = &changing {
+                c.fenced().await;
+            }
             let answer = fetch::handle(&inner, request, event.as_ref()).await;
             drop(changing);
             answer.map(Into::into)
+        })
+    }
+
+    /// An auth route outside `apiPrefix` (r4: a `/login` form post, an OAuth callback),
+    /// which the outbox only observes: `sw.js` gives it no `respondWith`. It raises the
+    /// sign-in barrier here and in every outbox worker of the origin; it settles once the
+    /// page it navigates to exists (its answer, and any cookie with it, has arrived), or
+    /// after `attemptTimeoutMs` when that cannot be known (not a navigation, or an engine
+    /// whose `clients.get` does not wait for the page). The promise is for `waitUntil`.
+    pub fn observe_sign_in(&self, event: web_sys::FetchEvent) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        let hold = inner.config.attempt_timeout_ms;
+        let changing = inner.session_changing(hold);
+        let resulting = js_sys::Reflect::get(&event, &"resultingClientId".into())
+            .ok()
+            .and_then(|v| v.as_string())
+            .filter(|id| !id.is_empty());
+        future_to_promise(async move {
+            clients::page_arrived_within(resulting.as_deref(), hold).await;
+            drop(changing);
+            Ok(JsValue::UNDEFINED)
         })
     }
 
@@ -329,7 +370,7 @@ impl Outbox {
     /// of the route rule that `www/sw.js` mirrors (`swOutboxRoute`) to decide before the
     /// module has loaded; tests/service_worker_route.rs runs the two side by side (a
     /// navigation `Request` cannot be constructed in a worker, hence plain values).
-    /// `not-ours`, `write`, `read`, `auth`, or `shell <cached URL>`.
+    /// `not-ours`, `write`, `read`, `auth`, `observe`, or `shell <cached URL>`.
     #[doc(hidden)]
     pub fn route_for_tests(&self, method: &str, url: &str, navigate: bool) -> String {
         let Some((same_origin, path)) = fetch::locate_url(url) else {
@@ -347,6 +388,7 @@ impl Outbox {
             Owner::Write => "write".into(),
             Owner::Read => "read".into(),
             Owner::AuthRoute => "auth".into(),
+            Owner::ObservedAuth => "observe".into(),
             Owner::Shell(cached) => format!("shell {cached}"),
         }
     }
@@ -390,6 +432,8 @@ struct ConfigView<'a> {
     sync_tag: &'a str,
     precache: &'a [String],
     build: &'a str,
+    /// The time limit of `restoreShell`'s fetches.
+    attempt_timeout_ms: u32,
 }
 
 impl<'a> ConfigView<'a> {
@@ -399,6 +443,7 @@ impl<'a> ConfigView<'a> {
             sync_tag: &c.sync_tag,
             precache: &c.precache,
             build: &c.build,
+            attempt_timeout_ms: c.attempt_timeout_ms,
         }
     }
 }
