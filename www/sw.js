@@ -270,10 +270,16 @@ function startWhenIdle() {
 
 /** Whether this worker is the registration's active one. An installing or waiting
  * worker (during an update) only installs: it neither flushes nor takes the queue's
- * Web Lock from the active worker, which is the one pages talk to. */
+ * Web Lock from the active worker, which is the one pages talk to. Where the engine does
+ * not give a worker its own state (Firefox), a worker that saw its `install` and not yet
+ * its `activate` is installing or waiting; one that saw neither was started again as the
+ * active one (r4: only the active version flushes). */
+let installSeen = false;
+let activateSeen = false;
 function isActive() {
-  const me = self.serviceWorker; // undefined in browsers without it: assume active
-  return !me || me.state === 'activating' || me.state === 'activated';
+  const me = self.serviceWorker;
+  if (me) return me.state === 'activating' || me.state === 'activated';
+  return !installSeen || activateSeen;
 }
 
 /** The once-per-start flush (a non-empty queue left by an earlier run is sent). It
@@ -380,6 +386,7 @@ function keepAlive(event) {
 }
 
 self.addEventListener('install', (event) => {
+  installSeen = true;
   mark('install');
   event.waitUntil((async () => {
     const cache = await caches.open(CACHE);
@@ -437,6 +444,7 @@ async function dropOlderCaches() {
 }
 
 self.addEventListener('activate', (event) => {
+  activateSeen = true;
   mark('activate');
   event.waitUntil((async () => {
     const locks = self.navigator && self.navigator.locks;

@@ -61,7 +61,7 @@ pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     // Only the active version of a registration flushes (4.5, r4): an installing or
     // waiting version's triggers, and the timers of a version being replaced, start
     // nothing.
-    if !super::is_active_version() {
+    if !inner.is_active_version() {
         return not_run(
             "this worker is not its registration's active version",
             false,

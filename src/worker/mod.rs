@@ -50,18 +50,15 @@ pub(crate) fn absolute(path: &str) -> String {
     format!("{}{}", scope().location().origin(), path)
 }
 
-/// Whether this worker is its registration's active version (`activating` or
-/// `activated`); an installing, waiting or replaced one is not. A scope without
-/// `serviceWorker` (older engines) is taken to be active, as `www/sw.js` does.
-pub(crate) fn is_active_version() -> bool {
+/// This worker's `ServiceWorker.state`, where the engine gives a worker its own
+/// `self.serviceWorker` (Chromium; not Firefox).
+fn own_state() -> Option<String> {
     let me = js_sys::Reflect::get(&js_sys::global(), &"serviceWorker".into())
         .ok()
-        .filter(|w| w.is_object());
-    let Some(me) = me else { return true };
-    let state = js_sys::Reflect::get(&me, &"state".into())
+        .filter(|w| w.is_object())?;
+    js_sys::Reflect::get(&me, &"state".into())
         .ok()
-        .and_then(|s| s.as_string());
-    crate::core::barrier::flushes_in_state(state.as_deref())
+        .and_then(|s| s.as_string())
 }
 
 /// Milliseconds since the epoch, from the worker's clock.
@@ -117,6 +114,8 @@ pub(crate) struct Inner {
     /// for the event's end (`sync_for_queued`, `handle_sync`).
     sync_owed: std::cell::Cell<bool>,
     background_sync: bool,
+    /// A newer version of the registration activated (`watch_successor`).
+    replaced: std::cell::Cell<bool>,
 }
 
 /// The outbox running in this worker.
@@ -189,6 +188,7 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         syncs_firing: std::cell::Cell::new(0),
         sync_owed: std::cell::Cell::new(false),
         background_sync: retry::has_background_sync(),
+        replaced: std::cell::Cell::new(false),
     });
     inner.reload().await;
     barrier::listen(&inner);
@@ -197,12 +197,17 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
 }
 
 /// Lets go of the events kept open for retries when a new version of the worker appears
-/// (`worker::retry`): they would hold its activation back.
+/// (`worker::retry`): they would hold its activation back. Once that version activates,
+/// this one is replaced and flushes no more (4.5, r4), whatever its timers say — known
+/// here where the engine does not give a worker its own state (Firefox).
 fn watch_updates(inner: &Rc<Inner>) {
     let weak = Rc::downgrade(inner);
     let on_update = wasm_bindgen::closure::Closure::<dyn FnMut()>::new(move || {
         if let Some(inner) = weak.upgrade() {
             inner.release_kept_alive();
+            if let Some(next) = scope().registration().installing() {
+                watch_successor(&inner, next);
+            }
         }
     });
     let _ = scope()
@@ -210,6 +215,38 @@ fn watch_updates(inner: &Rc<Inner>) {
         .add_event_listener_with_callback("updatefound", on_update.as_ref().unchecked_ref());
     // Lives as long as the worker's global: one listener per start.
     on_update.forget();
+}
+
+/// Marks this worker replaced once `next` (a newer version) activates.
+fn watch_successor(inner: &Rc<Inner>, next: web_sys::ServiceWorker) {
+    let weak = Rc::downgrade(inner);
+    let watched = next.clone();
+    let on_state = wasm_bindgen::closure::Closure::<dyn FnMut()>::new(move || {
+        let state = js_sys::Reflect::get(&watched, &"state".into())
+            .ok()
+            .and_then(|s| s.as_string());
+        if let (Some(inner), Some(state)) = (weak.upgrade(), state) {
+            if crate::core::barrier::flushes_in_state(Some(&state)) {
+                inner.replaced.set(true);
+            }
+        }
+    });
+    next.set_onstatechange(Some(on_state.as_ref().unchecked_ref()));
+    on_state.forget();
+}
+
+impl Inner {
+    /// Whether this worker is its registration's active version (4.5, r4): its own
+    /// `ServiceWorker.state` where the engine gives it (`activating`, `activated`), else
+    /// not replaced by a newer version that activated. (An installing or waiting version
+    /// in Firefox is kept from flushing by `sw.js`, which saw its `install` and no
+    /// `activate`.)
+    pub(crate) fn is_active_version(&self) -> bool {
+        match own_state() {
+            Some(state) => crate::core::barrier::flushes_in_state(Some(&state)),
+            None => !self.replaced.get(),
+        }
+    }
 }
 
 #[wasm_bindgen]
