@@ -126,6 +126,25 @@ mod tests {
 
     const HOUR: u64 = 3_600_000;
 
+    /// A `Retry-After` date as `core::answer` reads it, held by the backoff no longer
+    /// than `maxRetryAfterMs` (here, where both are used: neither imports the other).
+    #[test]
+    fn a_retry_after_date_far_ahead_is_bounded_by_max_retry_after() {
+        let date_9999 = parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", 0);
+        let b = Backoff::default().after(FlushEnd::RetryAfter(date_9999), 0, 0.5, HOUR);
+        assert_eq!(b.retry_after_until, HOUR);
+        let b = Backoff::default().after(
+            FlushEnd::RetryAfter(parse_retry_after(
+                "Fri, 31 Dec 9223372036854775807 23:59:59 GMT",
+                5,
+            )),
+            5,
+            0.5,
+            HOUR,
+        );
+        assert_eq!(b.retry_after_until, HOUR + 5, "bounded by maxRetryAfterMs");
+    }
+
     #[test]
     fn every_stopping_answer_names_its_stop() {
         assert_eq!(

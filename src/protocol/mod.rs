@@ -12,6 +12,7 @@ use crate::core::key::IdempotencyKey;
 use crate::core::planner::BlockReason;
 use crate::core::record::{RecordId, RecordMeta, RecordState, MAX_SAFE_INTEGER};
 use crate::core::recovery::Edit;
+pub use crate::core::recovery::RecoverAction;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -90,14 +91,6 @@ pub struct Limits {
 
 /// The one field that may be an array (`REBIND_RECORDS.ids`).
 pub const ARRAY_FIELD: &str = "ids";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecoverAction {
-    RetryNew,
-    Discard,
-    /// Replace the body (the command's `edit`) and resend under a fresh key.
-    Edit,
-}
 
 impl Command {
     pub fn name(&self) -> &'static str {

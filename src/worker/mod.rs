@@ -182,7 +182,7 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         flush: RefCell::new(FlushState::default()),
         lanes: lanes::Lanes::default(),
         attempts: attempts::Attempts::default(),
-        retry: retry::RetryTimer::default(),
+        retry: retry::RetryTimer::new(retry_flush),
         offline: offline::Offline::default(),
         barrier: barrier::Barrier::default(),
         syncs_firing: std::cell::Cell::new(0),
@@ -194,6 +194,13 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
     barrier::listen(&inner);
     watch_updates(&inner);
     Ok(Outbox { inner })
+}
+
+/// What the retry timer runs (`worker::retry`): a flush.
+fn retry_flush(inner: Rc<Inner>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    Box::pin(async move {
+        flush::request(&inner, Trigger::Retry).await;
+    })
 }
 
 /// Lets go of the events kept open for retries when a new version of the worker appears
