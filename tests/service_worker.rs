@@ -417,6 +417,42 @@ async fn the_session_survives_reopening() {
     assert_eq!(b.session_user().await.expect("reads"), None);
 }
 
+/// Issue 37, 3: `QUEUE_STATE` names the account of the session the worker holds, so a
+/// page reloaded offline (which cannot ask `authMePath`) knows whose writes are pending:
+/// a worker started on a database whose last `AUTH_SESSION` was alice's answers alice,
+/// with alice's write listed in full; after a sign-out, null.
+#[wasm_bindgen_test]
+async fn list_queue_names_the_account_of_the_persisted_session() {
+    let db = unique("listaccount");
+    let store = open(&db).await;
+    enqueue(&store, vec![pending("/notes", Some("alice"), b"a")], 10).await;
+    store
+        .set_session_user(Some("alice"))
+        .await
+        .expect("a session as an earlier worker persisted it");
+    store.close();
+    let o = outbox(&db, 1).await;
+    let listed = command(&o, &js(&serde_json::json!({"type":"LIST_QUEUE"}))).await;
+    assert_eq!(listed["type"], "QUEUE_STATE", "{listed}");
+    assert_eq!(listed["account"], "alice", "{listed}");
+    assert_eq!(listed["records"][0]["ownerId"], "alice", "{listed}");
+    assert_eq!(listed["records"][0]["path"], "/notes", "{listed}");
+    let out = command(
+        &o,
+        &js(&serde_json::json!({"type":"AUTH_SESSION","userId":null})),
+    )
+    .await;
+    assert_eq!(out["ok"], true, "{out}");
+    let listed = command(&o, &js(&serde_json::json!({"type":"LIST_QUEUE"}))).await;
+    assert_eq!(listed["account"], Value::Null, "{listed}");
+    assert!(
+        listed
+            .as_object()
+            .is_some_and(|m| m.contains_key("account")),
+        "null is said, not left out: {listed}"
+    );
+}
+
 /// A bearer session's credential (r3) is persisted with the session only when given (the
 /// worker gives it with `persistAuthorization`), read back after a reopen, and gone with a
 /// sign-out, a cookie sign-in and a clear; without it, the session still says it is a

@@ -500,6 +500,11 @@ pub fn expire(record: &RecordMeta, now_ms: u64, config: &Config) -> Option<Recor
     }
 }
 
+/// The package README's words on a CSRF 403, held to these rules.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[path = "answer_docs.rs"]
+mod docs;
+
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;

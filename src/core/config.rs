@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 /// One outbox's configuration. Field names are the contract's (camelCase in JavaScript).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(serde::Serialize))]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
     /// Same-origin paths starting with this are the outbox's business.
@@ -323,6 +324,11 @@ fn is_header_name(s: &str) -> bool {
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
+
+/// The package README's configuration table, held to [`Config::default`].
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[path = "config_docs.rs"]
+mod docs;
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {

@@ -169,6 +169,8 @@ async fn run(
                         Outgoing::QueueState {
                             records,
                             delivery,
+                            // The session's account as persisted (not the window's).
+                            account: inner.session_user(),
                             request_id: env.request_id.clone(),
                         },
                         None,
