@@ -45,6 +45,10 @@ export interface OutboxConfig {
   maxRecords?: number;
   /** Default 3. */
   maxServerFailures?: number;
+  /** How long 409 "still running" answers in a row are waited for before a write needs
+   * attention (`conflict`, with `maxServerFailures` such answers too): a slow server's
+   * first attempt is waited for. 0 – 2^53 − 1; default 600000 (10 min). */
+  stillRunningPatienceMs?: number;
   /** Default 604800000 (7 days). */
   maxRetentionMs?: number;
   /** Default 25000. */

@@ -155,6 +155,7 @@ pub fn recover(
             n.state = RecordState::Queued;
             n.server_failures = 0;
             n.conflicts = 0;
+            n.conflicts_since = None;
             n.last_status = None;
             n.timestamp = now_ms;
             // A new key: no server has seen it, so its key window starts at its next send.
@@ -207,6 +208,7 @@ pub fn edit(
     n.state = RecordState::Queued;
     n.server_failures = 0;
     n.conflicts = 0;
+    n.conflicts_since = None;
     n.last_status = None;
     n.first_sent_at = None;
     n.timestamp = now_ms;

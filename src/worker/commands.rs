@@ -283,8 +283,8 @@ async fn run(
 
 /// After an `AUTH_SESSION` was persisted: a flush when it names an account and the last
 /// flush stopped because nobody was signed in (or a replay was refused as such, or the
-/// credential was refused or missing: r3). Such a stop has no timer (`core::delivery`,
-/// `retryAt` null); this is the trigger it awaits. Not for the very credential the
+/// credential was refused or missing: r3). A person just signed in: it goes before the
+/// backoff (`core::delivery::StopReason::resumed_by_sign_in`). Not for the very credential the
 /// server just refused (`core::credential::sign_in_flushes`).
 async fn after_sign_in(
     inner: &Inner,
@@ -298,7 +298,7 @@ async fn after_sign_in(
     let delivery = inner.store.delivery().await.ok()?;
     delivery
         .stopped_by
-        .is_some_and(|s| s.awaits_trigger())
+        .is_some_and(|s| s.resumed_by_sign_in())
         .then_some(Trigger::SignIn)
 }
 

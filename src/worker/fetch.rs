@@ -89,13 +89,16 @@ pub async fn handle(
 }
 
 /// Network only; a failed network is `503 {"error":"offline"}`. Either tells the
-/// known-offline fast path what the network does.
+/// known-offline fast path what the network does — but a read the page aborted (in a
+/// browser that passes the page's abort to the worker) says nothing of the network: it
+/// is not taken for a failure, or the online writes after it would be queued unsent.
 async fn network_or_offline(inner: &Rc<Inner>, request: &Request) -> Result<Response, JsValue> {
     match fetch_request(request).await {
         Ok(r) => {
             inner.network_answered();
             Ok(r)
         }
+        Err(_) if request.signal().aborted() => aborted(),
         Err(_) => {
             inner.network_failed();
             json_response(&SyntheticAnswer::offline())

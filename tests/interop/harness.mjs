@@ -29,8 +29,8 @@ function checkWorkerBuilt(www) {
  * Starts server.mjs on a free port, as deployed (NODE_ENV=production: Express's error
  * pages carry no stack trace). Resolves with its base URL and a control client.
  */
-export async function startInteropServer({ www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www') } = {}) {
-  const child = spawn(process.execPath, [SERVER, '--port', '0', '--www', www], {
+export async function startInteropServer({ www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www'), script = SERVER } = {}) {
+  const child = spawn(process.execPath, [script, '--port', '0', '--www', www], {
     cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_ENV: 'production' },
   });
   const output = [];
@@ -72,12 +72,13 @@ export async function startInteropServer({ www = resolve(repoRoot, process.env.S
 }
 
 /**
- * Starts the server and a browser with a fresh profile. Call `close()` in `after`.
+ * Starts the server (server.mjs, or the app `script` names) and a browser with a fresh
+ * profile. Call `close()` in `after`.
  */
-export async function startInteropHarness() {
+export async function startInteropHarness({ script } = {}) {
   const www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www');
   checkWorkerBuilt(www);
-  const server = await startInteropServer({ www });
+  const server = await startInteropServer({ www, script });
   const profile = await mkdtemp(join(tmpdir(), 'sw-outbox-interop-'));
   let context;
   try {

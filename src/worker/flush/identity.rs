@@ -10,14 +10,17 @@ use crate::core::barrier::Checked;
 use crate::core::credential::{Bearer, Credential};
 use crate::core::delivery::{identity_unavailable, StopReason};
 use crate::core::identity::Identity;
+use crate::core::record::RecordId;
 use crate::worker::barrier::Held as Fence;
 use crate::worker::http::{identity, IdentityAnswer};
 use crate::worker::{absolute, now_ms, Inner};
+use std::collections::HashSet;
 use std::rc::Rc;
 
 /// The identity a flush replays under: the account, its CSRF token, the sign-in
 /// barrier's token of the check that named it, how many times it was checked again in
-/// this flush, and whether the one re-check a stale-identity answer earns was spent.
+/// this flush, and the records whose one re-check a stale-identity answer earns was
+/// spent (r4: once per record, not once per flush).
 pub(super) struct Who {
     pub user: String,
     pub csrf: Option<String>,
@@ -25,7 +28,7 @@ pub(super) struct Who {
     pub credential: Option<Credential>,
     pub checked: Checked,
     pub generation: u32,
-    pub stale_rechecked: bool,
+    pub rechecked: HashSet<RecordId>,
 }
 
 /// An identity check of a flush.
@@ -166,7 +169,7 @@ fn read(
             credential,
             checked,
             generation: 0,
-            stale_rechecked: false,
+            rechecked: HashSet::new(),
         }),
         // The server did not take the credential (expired): the pages are asked for a
         // new one, and the flush resumes when it comes (r3, 4.1). Not "signed out":
@@ -249,9 +252,10 @@ pub(super) async fn recheck(inner: &Rc<Inner>, who: &mut Who, deadline: u64) -> 
 /// A stale-identity answer (a CSRF 403, or 409 `account_mismatch`): `None` when the
 /// record is to be sent again, else what the re-check found. An answer to a request sent
 /// before the last identity check is sent again with that check's token; the first
-/// answer after one earns the flush's one re-check (a fresh `/auth/me`, a fresh token);
-/// one sent after that re-check stops the flush, the record unchanged (a 403 is already
-/// `rejected` by then: `after_recheck`).
+/// answer after one earns the record its one re-check (r4: once per record, so a server
+/// that rotates its token on every request gets a fresh one for each record: a fresh
+/// `/auth/me`, a fresh token); the record's answer after its re-check stops the flush,
+/// the record unchanged (a 403 is already `rejected` by then: `after_recheck`).
 pub(super) async fn stale_identity(
     inner: &Rc<Inner>,
     who: &mut Who,
@@ -261,14 +265,13 @@ pub(super) async fn stale_identity(
     if sent.generation < who.generation {
         return None;
     }
-    if who.stale_rechecked {
+    if !who.rechecked.insert(sent.id) {
         return Some(Recheck::Failed(
             StopReason::AccountMismatch,
             FlushEnd::Transient,
             None,
         ));
     }
-    who.stale_rechecked = true;
     match recheck(inner, who, deadline).await {
         Recheck::Same => None,
         other => Some(other),

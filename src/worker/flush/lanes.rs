@@ -6,6 +6,7 @@
 //! answer earns the flush's one re-check.
 
 use super::identity::{recheck, stale_identity, Recheck, Who};
+use super::marks::Marks;
 use super::plan::Plan;
 use super::send::{send_one, Held, Sent, Ticket};
 use super::settle::{verdict_end, worst, Ending};
@@ -79,6 +80,7 @@ pub(super) async fn run(
 ) {
     let lanes = inner.config.replay_concurrency as usize;
     let (tx, mut rx) = mpsc::unbounded::<Sent>();
+    let mut marks = Marks::default();
     inner.open_steps();
     loop {
         if now_ms() >= deadline && !plan.replay.is_stopped() {
@@ -94,12 +96,9 @@ pub(super) async fn run(
             let ticket = Ticket {
                 csrf: who.csrf.clone(),
                 credential: who.credential.clone(),
-                first_send: plan
-                    .metas
-                    .get(&id)
-                    .is_some_and(|m| m.first_sent_at.is_none()),
+                mark: marks.for_send(inner, &plan.replay, &plan.metas, id),
                 generation: who.generation,
-                final_stale: who.stale_rechecked,
+                final_stale: who.rechecked.contains(&id),
                 checked: who.checked,
             };
             let (inner, tx) = (inner.clone(), tx.clone());
@@ -114,9 +113,14 @@ pub(super) async fn run(
         let Some(sent) = next(&mut rx).await else {
             break;
         };
+        if sent.left {
+            marks.sent(sent.id);
+        }
         on_sent(inner, &mut who, sent, plan, deadline, run).await;
     }
-    // Every new state is stored (or known not to be) before anything is reported.
+    // The marks of records that never left are cleared with the flush's last steps;
+    // every new state is stored (or known not to be) before anything is reported.
+    marks.clear_unsent(inner);
     if !inner.steps_stored().await {
         plan.replay.stop();
         run.ending.stop.get_or_insert(StopReason::Storage);

@@ -6,9 +6,9 @@
 //! 3. [`plan`]: the queue read once, the key window and retention applied (4.7), the
 //!    planner's order (4.2, 4.3);
 //! 4. [`lanes`]: what the planner hands out, sent up to `replayConcurrency` at once, one
-//!    record each by [`send`] (4.4: the request; 4.5: the answer, its new state stored
-//!    before anything later in its workspace is sent; the barrier checked right before
-//!    each `fetch()`);
+//!    record each by [`send`] (4.4: the request; 4.5: the answer, its new state handed to
+//!    the group commit; the barrier checked right before each `fetch()`), each record's
+//!    first-send mark durable before it leaves, committed ahead ([`marks`], 4.7 r4);
 //! 5. [`settle`]: how the flush ended — backoff and delivery state stored (4.8);
 //! 6. [`stop`]: the reports (5), and a flush that left work retried (4.8).
 //!
@@ -18,6 +18,7 @@
 
 mod identity;
 mod lanes;
+mod marks;
 mod plan;
 mod send;
 mod settle;

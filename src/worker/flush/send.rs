@@ -18,6 +18,7 @@ use crate::protocol::Outgoing;
 use crate::store::{ReplayStep, StepDone};
 use crate::worker::fetch::IDEMPOTENCY_KEY;
 use crate::worker::http::{discard_body, header, read_bounded, send, Deadline};
+use crate::worker::steps::StepAhead;
 use crate::worker::{absolute, now_ms, Inner};
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
@@ -52,6 +53,8 @@ pub(super) struct Sent {
     pub settled: Option<Answered>,
     /// The request carried the session's credential (a 401 to it asks for a new one).
     pub carried_credential: bool,
+    /// Its request left (or may have): its mark stays. `false`: its mark is cleared.
+    pub left: bool,
 }
 
 impl Sent {
@@ -65,6 +68,7 @@ impl Sent {
             held: None,
             settled: None,
             carried_credential: false,
+            left: false,
         }
     }
 
@@ -115,37 +119,53 @@ pub(super) struct Ticket {
     pub csrf: Option<String>,
     /// A bearer session's credential: sent with the records of its own account.
     pub credential: Option<Credential>,
-    /// The record never left the worker (its mark is committed strictly).
-    pub first_send: bool,
+    /// Its in-flight mark, handed to the group commit when it was handed out or ahead
+    /// of it (`marks`): awaited before anything is sent.
+    pub mark: StepAhead,
     pub generation: u32,
-    /// The flush's one stale-identity re-check was made before it was handed out.
+    /// The record's one stale-identity re-check was made before it was handed out (r4:
+    /// once per record).
     pub final_stale: bool,
     pub checked: Checked,
 }
 
 /// Sends one record and hands over what its answer means.
 pub(super) async fn send_one(inner: &Rc<Inner>, id: RecordId, ticket: Ticket) -> Sent {
-    let generation = ticket.generation;
-    // The sign-in barrier, before the record is marked.
-    if !inner.replay_allowed(ticket.checked) {
+    let Ticket {
+        csrf,
+        credential,
+        mark,
+        generation,
+        final_stale,
+        checked,
+    } = ticket;
+    // The sign-in barrier, before the record's mark is awaited.
+    if !inner.replay_allowed(checked) {
         return Sent::held(id, generation, Held::SignIn);
     }
-    let (meta, body) = match begin(inner, id, &ticket).await {
+    let (meta, body) = match begin(inner, id, mark, generation).await {
         Ok(found) => found,
         Err(sent) => return sent,
     };
     let Some(key) = key_of(inner, id, &meta).await else {
         return Sent::not_stored(id, generation);
     };
-    let Some((init, carried_credential)) = request(inner, &meta, &key, &ticket, body) else {
+    let sent_as = (csrf.as_deref(), credential.as_ref());
+    let Some((init, carried_credential)) = request(inner, &meta, &key, sent_as, body) else {
         return Sent::not_stored(id, generation);
     };
     let url = absolute(&replay_path(&meta.path, &inner.config));
     // The sign-in barrier, right before `fetch()`: nothing is awaited between this check
     // and the request leaving (`send` calls `fetch` before its first await), so a
     // sign-in seen while this record was being marked stops it here (r3, 4.5 end).
-    if !inner.replay_allowed(ticket.checked) {
+    if !inner.replay_allowed(checked) {
         return Sent::held(id, generation, Held::SignIn);
+    }
+    // A step of the flush failed since this record's mark committed ahead (the database
+    // closed under the flush, say): the flush stops rather than send what it could not
+    // record the answer of.
+    if inner.steps_failed() {
+        return Sent::not_stored(id, generation);
     }
     let (verdict, two_xx) = match send(&init, &url, inner.config.attempt_timeout_ms, None).await {
         Err(_) => {
@@ -160,7 +180,7 @@ pub(super) async fn send_one(inner: &Rc<Inner>, id: RecordId, ticket: Ticket) ->
         }
     };
     // After the flush's one identity re-check, a 403 is the server's refusal (r3).
-    let verdict = if ticket.final_stale {
+    let verdict = if final_stale {
         after_recheck(verdict)
     } else {
         verdict
@@ -179,6 +199,7 @@ pub(super) async fn send_one(inner: &Rc<Inner>, id: RecordId, ticket: Ticket) ->
         attention,
         settled,
         carried_credential,
+        left: true,
         ..Sent::done(id, generation, verdict, true)
     }
 }
@@ -190,15 +211,10 @@ pub(super) async fn send_one(inner: &Rc<Inner>, id: RecordId, ticket: Ticket) ->
 async fn begin(
     inner: &Rc<Inner>,
     id: RecordId,
-    ticket: &Ticket,
+    mark: StepAhead,
+    generation: u32,
 ) -> Result<(RecordMeta, Option<JsValue>), Sent> {
-    let generation = ticket.generation;
-    let step = ReplayStep::Begin {
-        id,
-        now_ms: now_ms(),
-        first_send: ticket.first_send,
-    };
-    let (meta, body) = match inner.replay_step(step, None).await {
+    let (meta, body) = match mark.result().await {
         Ok(StepDone::Begun(Some(found))) => found,
         // Gone (cleared) or unreadable since it was planned: nothing sent, nothing counted.
         Ok(_) => return Err(Sent::held(id, generation, Held::Gone)),
@@ -249,7 +265,7 @@ fn request(
     inner: &Inner,
     meta: &RecordMeta,
     key: &IdempotencyKey,
-    ticket: &Ticket,
+    (csrf, credential): (Option<&str>, Option<&Credential>),
     body: Option<JsValue>,
 ) -> Option<(RequestInit, bool)> {
     let cfg = &inner.config;
@@ -265,15 +281,12 @@ fn request(
     if let Some(owner) = &meta.owner {
         let _ = headers.set(&cfg.expected_account_header, owner);
     }
-    if let Some(t) = &ticket.csrf {
+    if let Some(t) = csrf {
         let _ = headers.set(&cfg.csrf_header, t);
     }
     // The session's credential, for its own account's records only (r3); a page's own
     // `Authorization` is never stored, so this is the only one a replay carries.
-    let authorization = ticket
-        .credential
-        .as_ref()
-        .and_then(|c| c.for_owner(meta.owner.as_deref()));
+    let authorization = credential.and_then(|c| c.for_owner(meta.owner.as_deref()));
     let carried_credential =
         authorization.is_some_and(|a| headers.set("Authorization", a.as_str()).is_ok());
     if let Some(ct) = &meta.content_type {
@@ -312,7 +325,7 @@ fn hand_over(
     meta: &RecordMeta,
     verdict: &Verdict,
 ) -> Option<AttentionReason> {
-    let settlement = settle(meta, verdict, &inner.config);
+    let settlement = settle(meta, verdict, &inner.config, now_ms());
     let attention = settlement.moved_to_attention();
     match settlement {
         Settlement::Unchanged => {}
