@@ -166,10 +166,13 @@ impl Store {
                 rows.retain(|(a, _)| *a != account);
                 rows.push((account, now_ms as f64));
             }
-            // Too many accounts: the ones kept longest ago go.
-            rows.sort_by(|a, b| a.1.total_cmp(&b.1));
-            let over = rows.len().saturating_sub(KEPT_SETTLED_ACCOUNTS);
-            for (account, _) in rows.iter().take(over) {
+            // Too many accounts: the ones kept longest ago go (picked one by one, not
+            // sorted: std's sort is several KB of the module for a list of 21).
+            while rows.len() > KEPT_SETTLED_ACCOUNTS {
+                let oldest = (0..rows.len())
+                    .reduce(|a, b| if rows[b].1 < rows[a].1 { b } else { a })
+                    .unwrap_or(0);
+                let (account, _) = rows.swap_remove(oldest);
                 let key = JsValue::from_str(&format!("{SETTLED_PREFIX}{account}"));
                 request(store.delete(&key).map_err(failed)?).await?;
             }

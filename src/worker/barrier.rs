@@ -47,7 +47,12 @@ pub struct Barrier {
 
 impl Default for Barrier {
     fn default() -> Self {
-        let me = format!("{:x}", (js_sys::Math::random() * 2f64.powi(52)) as u64);
+        // Random, in base 36, written by the browser (no Rust number formatting).
+        let me = js_sys::Number::from(js_sys::Math::random())
+            .to_string_with_radix(36)
+            .ok()
+            .and_then(|s| s.as_string())
+            .unwrap_or_default();
         Barrier {
             state: RefCell::default(),
             settled: RefCell::default(),
