@@ -41,8 +41,9 @@ pub async fn windows() -> Vec<Client> {
 /// `clients.matchAll` per group of `MUTATION_QUEUED` reports instead of one per write.
 /// Each report's look-up still starts after the report was made, so a window that
 /// opened before it gets it, as with a look-up of its own.
-pub async fn broadcast(msg: &Outgoing) {
-    post(None, msg).await;
+/// Answers how many windows it reached.
+pub async fn broadcast(msg: &Outgoing) -> usize {
+    post(None, msg).await
 }
 
 /// Sends a report of `owner`'s write (`MUTATION_QUEUED`) to the windows on that account
@@ -56,7 +57,8 @@ pub async fn to_owner(inner: &Rc<Inner>, owner: Option<&str>, msg: &Outgoing) {
 /// write of that owner.
 type Audience = Option<(Weak<Inner>, Option<String>)>;
 
-async fn post(audience: Audience, msg: &Outgoing) {
+/// Answers how many windows the report was posted to.
+async fn post(audience: Audience, msg: &Outgoing) -> usize {
     let (done, posted) = oneshot::channel();
     let first = REPORTS.with(|r| {
         r.waiting.borrow_mut().push((to_js(msg), audience, done));
@@ -65,13 +67,13 @@ async fn post(audience: Audience, msg: &Outgoing) {
     if first {
         wasm_bindgen_futures::spawn_local(post_waiting());
     }
-    let _ = posted.await;
+    posted.await.unwrap_or(0)
 }
 
 /// Reports waiting for a look-up of the windows, and whether one is under way.
 #[derive(Default)]
 struct Reports {
-    waiting: RefCell<Vec<(JsValue, Audience, oneshot::Sender<()>)>>,
+    waiting: RefCell<Vec<(JsValue, Audience, oneshot::Sender<usize>)>>,
     looking: Cell<bool>,
 }
 
@@ -102,16 +104,17 @@ async fn post_waiting() {
             None => open.into_iter().map(|c| (c, OnAccount::Unknown)).collect(),
         };
         for (value, audience, done) in batch {
+            let mut reached = 0;
             for (client, account) in &on {
                 let to = match &audience {
                     None => true,
                     Some((_, owner)) => account.may_see(owner.as_deref()),
                 };
-                if to {
-                    let _ = client.post_message(&value);
+                if to && client.post_message(&value).is_ok() {
+                    reached += 1;
                 }
             }
-            let _ = done.send(());
+            let _ = done.send(reached);
         }
     }
 }

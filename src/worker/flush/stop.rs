@@ -47,7 +47,9 @@ pub(super) async fn report(
         .await;
     }
     let replayed = plan.replay.replayed();
-    clients::broadcast(&Outgoing::flush_summary(
+    // Whether a window got this report decides the notification: a person who saw the
+    // report in a page needs none, and a page opened after it asks for the queue itself.
+    let reached = clients::broadcast(&Outgoing::flush_summary(
         replayed,
         settled.remaining,
         plan.total.saturating_sub(replayed),
@@ -60,6 +62,7 @@ pub(super) async fn report(
         notify::after_flush(
             inner,
             trigger,
+            reached > 0,
             user,
             &run.sent_kinds,
             attention,
