@@ -221,6 +221,10 @@ run_tests() {
   suite types node --test tests/types/
   # The page helper's state (OutboxStore) message by message, in Node (no browser API).
   suite page-helper node --test tests/page/
+  # What the READMEs claim, against the build and the repository: the package's size
+  # line (scripts/package-size.mjs --write rewrites it), README.md's length, commands and
+  # code, the documents' links, docs/TESTING.md's row per suite.
+  suite docs node --test tests/docs/
   suite vite-app node --test --test-concurrency=1 tests/bundler/
   # The package README's recipes (the outbox beside Workbox, Serwist, vite-plugin-pwa, and
   # a static site), built once with the pinned libraries and run in the three engines.

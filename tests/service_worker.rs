@@ -417,6 +417,42 @@ async fn the_session_survives_reopening() {
     assert_eq!(b.session_user().await.expect("reads"), None);
 }
 
+/// Issue 37, 3: `QUEUE_STATE` names the account of the session the worker holds, so a
+/// page reloaded offline (which cannot ask `authMePath`) knows whose writes are pending:
+/// a worker started on a database whose last `AUTH_SESSION` was alice's answers alice,
+/// with alice's write listed in full; after a sign-out, null.
+#[wasm_bindgen_test]
+async fn list_queue_names_the_account_of_the_persisted_session() {
+    let db = unique("listaccount");
+    let store = open(&db).await;
+    enqueue(&store, vec![pending("/notes", Some("alice"), b"a")], 10).await;
+    store
+        .set_session_user(Some("alice"))
+        .await
+        .expect("a session as an earlier worker persisted it");
+    store.close();
+    let o = outbox(&db, 1).await;
+    let listed = command(&o, &js(&serde_json::json!({"type":"LIST_QUEUE"}))).await;
+    assert_eq!(listed["type"], "QUEUE_STATE", "{listed}");
+    assert_eq!(listed["account"], "alice", "{listed}");
+    assert_eq!(listed["records"][0]["ownerId"], "alice", "{listed}");
+    assert_eq!(listed["records"][0]["path"], "/notes", "{listed}");
+    let out = command(
+        &o,
+        &js(&serde_json::json!({"type":"AUTH_SESSION","userId":null})),
+    )
+    .await;
+    assert_eq!(out["ok"], true, "{out}");
+    let listed = command(&o, &js(&serde_json::json!({"type":"LIST_QUEUE"}))).await;
+    assert_eq!(listed["account"], Value::Null, "{listed}");
+    assert!(
+        listed
+            .as_object()
+            .is_some_and(|m| m.contains_key("account")),
+        "null is said, not left out: {listed}"
+    );
+}
+
 /// A bearer session's credential (r3) is persisted with the session only when given (the
 /// worker gives it with `persistAuthorization`), read back after a reopen, and gone with a
 /// sign-out, a cookie sign-in and a clear; without it, the session still says it is a
@@ -1471,4 +1507,124 @@ fn a_stored_value_is_read_field_by_field() {
             QueueItem::Record(_) => panic!("{field} = {bad:?} read as a record"),
         }
     }
+}
+
+// ---- stops the worker retries itself (contract 4.8, r4) ----------------------------
+
+/// A record of alice's in a fresh outbox whose identity check asks `auth_me_path` (the
+/// test runner's server answers it: its page for `/`, 404 for the rest).
+async fn outbox_with_a_record(
+    name: &str,
+    auth_me_path: &str,
+    sync_tag: &str,
+) -> sw_outbox::worker::Outbox {
+    let db = unique(name);
+    let cfg = serde_json::json!({"dbName": db, "authMePath": auth_me_path, "syncTag": sync_tag});
+    let o = sw_outbox::worker::start(js(&cfg))
+        .await
+        .unwrap_or_else(|e| panic!("start: {e:?}"));
+    let store = open(&db).await;
+    let stored = enqueue(
+        &store,
+        vec![pending("/projects/p1/tasks", Some("alice"), b"{}")],
+        10,
+    )
+    .await;
+    assert!(stored[0].is_ok(), "{stored:?}");
+    o
+}
+
+/// r4: an identity check that names nobody (a captive portal's 200 page: here the test
+/// server's own page as `authMePath`) stops the flush `signed-out`, and that stop has a
+/// `retryAt` on the backoff schedule, no longer null: once the session or the network
+/// is back, the queue does not wait for a reload.
+#[wasm_bindgen_test]
+async fn a_signed_out_stop_is_retried_on_the_backoff_schedule() {
+    let o = outbox_with_a_record("signed-out", "/", &unique("signed-out")).await;
+    let before = js_sys::Date::now();
+    let flushed = command(&o, &js(&serde_json::json!({"type":"FLUSH_QUEUE"}))).await;
+    assert_eq!(flushed["type"], "COMMAND_RESULT", "{flushed}");
+    let listed = command(&o, &js(&serde_json::json!({"type":"LIST_QUEUE"}))).await;
+    let delivery = &listed["delivery"];
+    assert_eq!(delivery["stoppedBy"], "signed-out", "{listed}");
+    let at = delivery["retryAt"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("a signed-out stop is retried on a timer: {listed}"));
+    assert!(
+        at > before && at <= before + 5.0 * 60_000.0 + 60_000.0,
+        "on the backoff schedule: {at} (now {before})"
+    );
+}
+
+/// r4: a Background Sync whose last chance fails with work left is registered again
+/// before its event ends — the browser gives it up, and the worker's own timer dies with
+/// the worker. (Engines without Background Sync have nothing to register.)
+#[wasm_bindgen_test]
+async fn a_sync_that_gave_up_is_registered_again_before_its_event_ends() {
+    let registration = web_sys::js_sys::global()
+        .unchecked_into::<web_sys::ServiceWorkerGlobalScope>()
+        .registration();
+    let sync = Reflect::get(&registration, &"sync".into()).expect("reads");
+    if sync.is_undefined() || sync.is_null() {
+        return;
+    }
+    let tags = || async {
+        let get = Reflect::get(&sync, &"getTags".into())
+            .expect("getTags")
+            .unchecked_into::<js_sys::Function>();
+        let p = get
+            .call0(&sync)
+            .expect("calls")
+            .unchecked_into::<js_sys::Promise>();
+        let tags: js_sys::Array = JsFuture::from(p).await.expect("tags").unchecked_into();
+        tags.iter()
+            .filter_map(|t| t.as_string())
+            .collect::<Vec<_>>()
+    };
+    let tag = unique("last-chance");
+    let tag = tag.as_str();
+    assert!(
+        !tags().await.iter().any(|t| t == tag),
+        "no sync of this tag before the test"
+    );
+    // The identity check answers 404: the flush stops (`identity-check`) with work left.
+    let o = outbox_with_a_record("last-chance", "/no-such-identity-route", tag).await;
+    let done = JsFuture::from(o.handle_sync(tag.into(), true)).await;
+    assert!(done.is_err(), "the event fails: work is left");
+    assert!(
+        tags().await.iter().any(|t| t == tag),
+        "registered again before the event that gave up ended"
+    );
+}
+
+/// A read the page aborted (a browser that passes the page's abort on hands the worker a
+/// request whose signal aborts) is not a network failure: the online write after it is
+/// sent (the test server answers it 404, passed through), not queued unsent as if the
+/// network were down.
+#[wasm_bindgen_test]
+async fn a_read_the_page_aborted_does_not_mark_the_network_down() {
+    let o = outbox(&unique("aborted-read"), 15_000).await;
+    let controller = web_sys::AbortController::new().expect("controller");
+    let init = RequestInit::new();
+    init.set_method("GET");
+    init.set_signal(Some(&controller.signal()));
+    let origin = web_sys::js_sys::global()
+        .unchecked_into::<web_sys::ServiceWorkerGlobalScope>()
+        .location()
+        .origin();
+    let read = Request::new_with_str_and_init(&format!("{origin}/api/projects/p1/tasks"), &init)
+        .expect("request");
+    controller.abort();
+    let _ = JsFuture::from(o.handle_fetch(read, None)).await;
+    let write = request(
+        "POST",
+        "/api/projects/p1/tasks",
+        &[("Content-Type", "application/json")],
+        Some(b"{\"title\":\"right after the abort\"}"),
+    );
+    let (status, body) = answer(&o, write).await;
+    assert_eq!(
+        status, 404,
+        "sent, and the server's answer passed through, not queued as offline: {body}"
+    );
 }

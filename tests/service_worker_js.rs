@@ -112,6 +112,7 @@ fn reports_are_written_as_serde_wasm_bindgen_writes_them() {
                 retry_at: None,
                 last_attempt_at: Some(5),
             },
+            account: Some("alice".into()),
             request_id: None,
         },
         Outgoing::Queued {

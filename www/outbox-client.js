@@ -1028,8 +1028,15 @@ function controlOf(registration, scriptUrl, timeoutMs) {
  * @typedef {object} OutboxState
  * @property {boolean} ready whether the queue has been read once (before: the lists are
  *   what this page saw queued since it loaded)
- * @property {string | null} account the account this page last gave the worker
- *   (`signedIn` / `authSession`); null: nobody, or not said yet
+ * @property {string | null} account whose writes `pending` lists: the account this page
+ *   last gave the worker (`signedIn` / `authSession`), or, until it gives one, the
+ *   account of the session the worker holds (persisted from an earlier page's
+ *   `AUTH_SESSION`), so a page reloaded offline, which cannot ask the server who is
+ *   signed in, still shows that account's pending writes; null: nobody, or not known yet
+ * @property {'page' | 'worker' | null} accountFrom where `account` comes from: `'page'`
+ *   once this page said who is signed in (sign-out included), `'worker'` while it shows
+ *   the worker's session (a UI may say "offline: last signed in as …"), null before
+ *   either
  * @property {readonly QueueRecord[]} records every write in the outbox, in queue order
  *   (another account's without method, path or workspace: contract 5)
  * @property {readonly QueueRecord[]} pending the writes of `account` still in the
@@ -1069,6 +1076,7 @@ const NO_DELIVERY = Object.freeze({ stoppedBy: null, retryAt: null, lastAttemptA
 export const INITIAL_STATE = Object.freeze({
   ready: false,
   account: null,
+  accountFrom: null,
   records: Object.freeze([]),
   pending: Object.freeze([]),
   blocked: Object.freeze([]),
@@ -1290,8 +1298,13 @@ export class OutboxStore {
     switch (command.type) {
       case 'AUTH_SESSION': {
         const account = typeof command.userId === 'string' ? command.userId : null;
-        if (account === this.current.account) return;
-        this.update({ account });
+        if (account === this.current.account) {
+          // The worker's session, now said by the page: the list is already that
+          // account's view.
+          if (this.current.accountFrom !== 'page') this.update({ accountFrom: 'page' });
+          return;
+        }
+        this.update({ account, accountFrom: 'page' });
         // Another account's writes are listed without their details: read them so.
         this.relist();
         return;
@@ -1319,7 +1332,11 @@ export class OutboxStore {
         return;
       case 'CLEAR_DEVICE':
         for (const r of this.current.records) this.gone(r.id, 'the device was cleared');
-        this.update({ records: [], blocked: [], delivery: NO_DELIVERY });
+        // The worker's session went with the device; the page's own word stands.
+        this.update({
+          records: [], blocked: [], delivery: NO_DELIVERY,
+          ...(this.current.accountFrom === 'worker' ? { account: null, accountFrom: null } : {}),
+        });
         return;
       default:
     }
@@ -1340,11 +1357,18 @@ export class OutboxStore {
       if (!listed.has(r.id) && !later.includes(r)) this.gone(r.id, 'it is no longer in the outbox');
     }
     const records = sortById([...qs.records, ...later]);
+    // Until the page says who is signed in, the worker's session says whose writes are
+    // pending (an offline reload: the page cannot ask the server). Workers before 0.1.0's
+    // release did not name it.
+    const worker = this.current.accountFrom !== 'page' && qs.account !== undefined
+      ? { account: qs.account, accountFrom: qs.account === null ? null : /** @type {'worker'} */ ('worker') }
+      : {};
     this.update({
       ready: true,
       records,
       blocked: this.current.blocked.filter((b) => listed.has(b.id)),
       delivery: qs.delivery ?? this.current.delivery,
+      ...worker,
     });
   }
 

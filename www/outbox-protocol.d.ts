@@ -42,6 +42,10 @@ export interface OutboxConfig {
   maxRecords?: number;
   /** Default 3. */
   maxServerFailures?: number;
+  /** How long 409 "still running" answers in a row are waited for before a write needs
+   * attention (`conflict`, with `maxServerFailures` such answers too): a slow server's
+   * first attempt is waited for. 0 – 2^53 − 1; default 600000 (10 min). */
+  stillRunningPatienceMs?: number;
   /** Default 604800000 (7 days). */
   maxRetentionMs?: number;
   /** Default 25000. */
@@ -276,6 +280,12 @@ export interface QueueState {
   type: 'QUEUE_STATE';
   records: QueueRecord[];
   delivery: Delivery;
+  /**
+   * The account of the session the worker holds: the last `AUTH_SESSION`'s `userId`, as
+   * persisted (null: signed out, or none yet). A page reloaded offline, which cannot ask
+   * the server who is signed in, learns from it whose writes are pending.
+   */
+  account: string | null;
   requestId?: RequestId;
 }
 

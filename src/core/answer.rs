@@ -417,10 +417,12 @@ impl Settlement {
     }
 }
 
-/// The record change of a verdict. A 5xx counts towards `maxServerFailures`, and so do
-/// 409 "still running" answers in a row; at the limit the record needs attention
-/// (`repeated-5xx`, `conflict`).
-pub fn settle(record: &RecordMeta, verdict: &Verdict, config: &Config) -> Settlement {
+/// The record change of a verdict, answered at `now_ms`. A 5xx counts towards
+/// `maxServerFailures`; at the limit the record needs attention (`repeated-5xx`). A 409
+/// "still running" is patience (r4, 4.5): the record needs attention (`conflict`) only
+/// once such answers in a row number `maxServerFailures` and have lasted
+/// `stillRunningPatienceMs` since the first of them — a slow first attempt is waited for.
+pub fn settle(record: &RecordMeta, verdict: &Verdict, config: &Config, now_ms: u64) -> Settlement {
     let limit = config.max_server_failures;
     match verdict {
         Verdict::Replayed => Settlement::Delete,
@@ -437,7 +439,15 @@ pub fn settle(record: &RecordMeta, verdict: &Verdict, config: &Config) -> Settle
         Verdict::InProgress => {
             let mut r = record.clone();
             r.conflicts = r.conflicts.saturating_add(1);
-            if r.conflicts >= limit {
+            // The first of the row starts the time; so does the next answer after a
+            // clock that moved back (a start in the future would wait past the window).
+            let since = match r.conflicts_since {
+                Some(t) if t <= now_ms => t,
+                _ => now_ms,
+            };
+            r.conflicts_since = Some(since);
+            let waited = now_ms - since;
+            if r.conflicts >= limit && waited >= config.still_running_patience_ms {
                 r.state = RecordState::NeedsAttention(AttentionReason::Conflict);
                 r.last_status = Some(409);
             }
@@ -447,6 +457,7 @@ pub fn settle(record: &RecordMeta, verdict: &Verdict, config: &Config) -> Settle
             let mut r = record.clone();
             r.server_failures = r.server_failures.saturating_add(1);
             r.conflicts = 0;
+            r.conflicts_since = None;
             r.last_status = Some(*status);
             if r.server_failures >= limit {
                 r.state = RecordState::NeedsAttention(AttentionReason::Repeated5xx);
@@ -499,6 +510,11 @@ pub fn expire(record: &RecordMeta, now_ms: u64, config: &Config) -> Option<Recor
         Age::Sendable | Age::Unknown => None,
     }
 }
+
+/// The package README's words on a CSRF 403, held to these rules.
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[path = "answer_docs.rs"]
+mod docs;
 
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
@@ -565,7 +581,7 @@ mod tests {
             assert_eq!(classify(Some(replayed), 0), Verdict::Replayed);
         }
         assert_eq!(
-            settle(&record(), &Verdict::Replayed, &Config::default()),
+            settle(&record(), &Verdict::Replayed, &Config::default(), 0),
             Settlement::Delete
         );
     }
@@ -582,7 +598,7 @@ mod tests {
         };
         let v = classify(Some(opaque), 0);
         assert_eq!(v, attention(AttentionReason::Redirected, 0));
-        let r = updated(settle(&record(), &v, &Config::default()));
+        let r = updated(settle(&record(), &v, &Config::default(), 0));
         assert_eq!(
             r.state,
             RecordState::NeedsAttention(AttentionReason::Redirected)
@@ -596,7 +612,7 @@ mod tests {
         assert_eq!(v, Verdict::SignedOut);
         assert!(v.stops_flush());
         assert_eq!(
-            settle(&record(), &v, &Config::default()),
+            settle(&record(), &v, &Config::default(), 0),
             Settlement::Unchanged
         );
     }
@@ -629,7 +645,7 @@ mod tests {
         );
         let v = Verdict::StaleIdentity { status: 403 };
         assert_eq!(
-            settle(&record(), &v, &Config::default()),
+            settle(&record(), &v, &Config::default(), 0),
             Settlement::Unchanged
         );
         // A 403 that is not about CSRF is the server's refusal.
@@ -664,11 +680,38 @@ mod tests {
             assert_eq!(v, Verdict::InProgress);
             assert!(!v.stops_flush());
         }
+        // r4: patience. Three answers within seconds (a slow first attempt met by the
+        // worker's own retries) leave it queued; the count and the time spent both
+        // decide.
         let c = Config::default();
+        let start = 5_000_000;
+        let mut r = record();
+        for (n, at) in [(1, 0), (2, 1_000), (3, 3_000), (4, 599_999)] {
+            r = updated(settle(&r, &Verdict::InProgress, &c, start + at));
+            assert_eq!(r.conflicts, n);
+            assert_eq!(r.conflicts_since, Some(start), "the row's first answer");
+            assert_eq!(r.state, RecordState::Queued, "after {n} answers, {at} ms");
+        }
+        r = updated(settle(&r, &Verdict::InProgress, &c, start + 600_000));
+        assert_eq!(
+            r.state,
+            RecordState::NeedsAttention(AttentionReason::Conflict),
+            "maxServerFailures answers over stillRunningPatienceMs"
+        );
+        assert_eq!(r.last_status, Some(409));
+        // Patience spent but too few answers: still waiting.
+        let mut r = record();
+        r = updated(settle(&r, &Verdict::InProgress, &c, start));
+        r = updated(settle(&r, &Verdict::InProgress, &c, start + 3_600_000));
+        assert_eq!(r.state, RecordState::Queued, "2 answers, an hour apart");
+        // Without patience (0), the count alone decides, as before r4.
+        let quick = Config {
+            still_running_patience_ms: 0,
+            ..Config::default()
+        };
         let mut r = record();
         for n in 1..=3 {
-            r = updated(settle(&r, &Verdict::InProgress, &c));
-            assert_eq!(r.conflicts, n);
+            r = updated(settle(&r, &Verdict::InProgress, &quick, start));
             let want = if n < 3 {
                 RecordState::Queued
             } else {
@@ -676,12 +719,59 @@ mod tests {
             };
             assert_eq!(r.state, want, "after {n} answers");
         }
-        assert_eq!(r.last_status, Some(409));
-        // "In a row": another answer in between starts the count again.
+        // "In a row": another answer in between starts the count and the time again.
         let mut r = record();
         r.conflicts = 2;
-        let r = updated(settle(&r, &Verdict::ServerFailure { status: 500 }, &c));
+        r.conflicts_since = Some(start);
+        let r = updated(settle(
+            &r,
+            &Verdict::ServerFailure { status: 500 },
+            &c,
+            start,
+        ));
         assert_eq!(r.conflicts, 0);
+        assert_eq!(r.conflicts_since, None);
+        // A count stored without its time (an earlier version) starts the time now; a
+        // time in the future (the clock moved back) starts it again.
+        for since in [None, Some(start + 86_400_000)] {
+            let mut r = record();
+            r.conflicts = 5;
+            r.conflicts_since = since;
+            let r = updated(settle(&r, &Verdict::InProgress, &c, start));
+            assert_eq!(r.conflicts_since, Some(start), "{since:?}");
+            assert_eq!(r.state, RecordState::Queued, "{since:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// However the answers fall in time, `conflict` comes neither before
+        /// `maxServerFailures` answers in a row nor before `stillRunningPatienceMs` since
+        /// the first of them, and always at the first answer where both are spent.
+        #[test]
+        fn conflict_waits_for_both_the_count_and_the_time(
+            gaps in proptest::collection::vec(0u64..400_000, 1..12),
+            limit in 1u32..5,
+            patience in 0u64..1_500_000,
+        ) {
+            let c = Config {
+                max_server_failures: limit,
+                still_running_patience_ms: patience,
+                ..Config::default()
+            };
+            let mut at = 1_000_000;
+            let first = at + gaps[0];
+            let mut r = record();
+            for (i, gap) in gaps.iter().enumerate() {
+                at += gap;
+                r = updated(settle(&r, &Verdict::InProgress, &c, at));
+                let due = i as u32 + 1 >= limit && at - first >= patience;
+                let conflict = r.state == RecordState::NeedsAttention(AttentionReason::Conflict);
+                proptest::prop_assert_eq!(conflict, due, "answer {} at +{}", i + 1, at - first);
+                if conflict {
+                    break;
+                }
+            }
+        }
     }
 
     // The reference ledger's answer stored as status only: that status decides.
@@ -725,7 +815,7 @@ mod tests {
             attention(want, 500)
         );
         let v = answer(409, json!({"detail":"idempotency_outcome_unknown"}), None);
-        let r = updated(settle(&record(), &v, &Config::default()));
+        let r = updated(settle(&record(), &v, &Config::default(), 0));
         assert_eq!(r.state, RecordState::NeedsAttention(want));
     }
 
@@ -826,7 +916,7 @@ mod tests {
         );
         assert!(v.stops_flush());
         assert_eq!(
-            settle(&record(), &v, &Config::default()),
+            settle(&record(), &v, &Config::default(), 0),
             Settlement::Unchanged
         );
     }
@@ -842,7 +932,7 @@ mod tests {
             };
             let v = classify(Some(a), 0);
             assert_eq!(v, attention(AttentionReason::Repeated5xx, s));
-            let r = updated(settle(&record(), &v, &Config::default()));
+            let r = updated(settle(&record(), &v, &Config::default(), 0));
             assert_eq!(
                 r.state,
                 RecordState::NeedsAttention(AttentionReason::Repeated5xx)
@@ -864,7 +954,7 @@ mod tests {
         assert!(!v.stops_flush());
         let mut r = record();
         for n in 1..=3 {
-            let next = updated(settle(&r, &v, &c));
+            let next = updated(settle(&r, &v, &c, 0));
             assert_eq!(next.server_failures, n);
             let want = if n < 3 {
                 RecordState::Queued
@@ -882,7 +972,7 @@ mod tests {
         for s in [400, 403, 404, 410, 412, 413, 422] {
             let v = answer(s, json!({"detail":"nope"}), None);
             assert_eq!(v, attention(AttentionReason::Rejected, s));
-            let r = updated(settle(&record(), &v, &Config::default()));
+            let r = updated(settle(&record(), &v, &Config::default(), 0));
             assert_eq!(r.last_status, Some(s));
             assert_eq!(
                 r.state,
@@ -903,7 +993,7 @@ mod tests {
         assert_eq!(v, Verdict::NetworkFailure);
         assert!(v.stops_flush());
         assert_eq!(
-            settle(&record(), &v, &Config::default()),
+            settle(&record(), &v, &Config::default(), 0),
             Settlement::Unchanged
         );
     }
@@ -1070,6 +1160,7 @@ mod tests {
             &record(),
             &after_recheck(Verdict::StaleIdentity { status: 403 }),
             &Config::default(),
+            0,
         ));
         assert_eq!(
             r.state,
@@ -1118,15 +1209,5 @@ mod tests {
                 "{far}"
             );
         }
-        let b = crate::core::backoff::Backoff::default().after(
-            crate::core::backoff::FlushEnd::RetryAfter(parse_retry_after(
-                "Fri, 31 Dec 9223372036854775807 23:59:59 GMT",
-                5,
-            )),
-            5,
-            0.5,
-            3_600_000,
-        );
-        assert_eq!(b.retry_after_until, 3_600_005, "bounded by maxRetryAfterMs");
     }
 }

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 /// One outbox's configuration. Field names are the contract's (camelCase in JavaScript).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(not(target_arch = "wasm32"), derive(serde::Serialize))]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Config {
     /// Same-origin paths starting with this are the outbox's business.
@@ -33,6 +34,10 @@ pub struct Config {
     pub max_body_bytes: u32,
     pub max_records: u32,
     pub max_server_failures: u32,
+    /// How long 409 "still running" answers in a row are waited for before a record is
+    /// handed to a person (`conflict`, with `maxServerFailures` such answers too):
+    /// a slow server's first attempt is waited for, not failed (contract 4.5, r4).
+    pub still_running_patience_ms: u64,
     pub max_retention_ms: u64,
     pub flush_budget_ms: u32,
     pub replay_concurrency: u32,
@@ -88,6 +93,7 @@ impl Default for Config {
             max_body_bytes: 1024 * 1024,
             max_records: 10_000,
             max_server_failures: 3,
+            still_running_patience_ms: 10 * 60 * 1000,
             max_retention_ms: 7 * 24 * 60 * 60 * 1000,
             flush_budget_ms: 25_000,
             replay_concurrency: 4,
@@ -228,6 +234,12 @@ impl Config {
         if !in_range(self.server_key_ttl_ms, 1, MAX_SPAN_MS) {
             return bad("serverKeyTtlMs", span);
         }
+        if !in_range(self.still_running_patience_ms, 0, MAX_SPAN_MS) {
+            return bad(
+                "stillRunningPatienceMs",
+                "must be between 0 and 9007199254740991",
+            );
+        }
         if !in_range(self.max_body_bytes, 1, MAX_BODY_BYTES) {
             return bad("maxBodyBytes", "must be between 1 and 268435456 (256 MiB)");
         }
@@ -313,6 +325,11 @@ fn is_header_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// The package README's configuration table, held to [`Config::default`].
+#[cfg(all(test, not(target_arch = "wasm32")))]
+#[path = "config_docs.rs"]
+mod docs;
+
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
@@ -330,6 +347,7 @@ mod tests {
         assert_eq!(c.replay_concurrency, 4);
         assert_eq!(c.server_key_ttl_ms, 86_400_000);
         assert_eq!(c.max_retry_after_ms, 3_600_000);
+        assert_eq!(c.still_running_patience_ms, 600_000);
         assert_eq!(c.never_queue_pattern, None);
         assert_eq!(c.replay_headers.len(), 7);
         assert_eq!(c.queue_statuses, [502, 503, 504]);
@@ -418,6 +436,10 @@ mod tests {
         refused(r#"{"maxRetentionMs":0}"#, "maxRetentionMs");
         refused(r#"{"maxRetentionMs":9007199254740992}"#, "maxRetentionMs");
         refused(r#"{"serverKeyTtlMs":0}"#, "serverKeyTtlMs");
+        refused(
+            r#"{"stillRunningPatienceMs":9007199254740992}"#,
+            "stillRunningPatienceMs",
+        );
         refused(r#"{"maxBodyBytes":0}"#, "maxBodyBytes");
         refused(r#"{"maxBodyBytes":268435457}"#, "maxBodyBytes");
         refused(r#"{"maxRecords":1000001}"#, "maxRecords");
@@ -433,6 +455,7 @@ mod tests {
             r#"{"attemptTimeoutMs":2147483647}"#,
             r#"{"maxRetryAfterMs":1}"#,
             r#"{"serverKeyTtlMs":9007199254740991}"#,
+            r#"{"stillRunningPatienceMs":0}"#,
             r#"{"neverQueuePattern":"/merge$"}"#,
             r#"{"replayHeaders":[]}"#,
         ] {

@@ -57,22 +57,30 @@ impl StopReason {
         }
     }
 
-    /// Whether only a trigger from a person ends it: being signed out (or refused as
-    /// such) is not fixed by asking `/auth/me` again on a timer. Choice: no timer; the
-    /// next `AUTH_SESSION` naming an account, a page's `FLUSH_QUEUE` or the worker's
-    /// next start tries again (`retryAt` null).
+    /// Whether only a trigger ends it (no timer, `retryAt` null): a credential the
+    /// server refused (401, r3) waits for the pages to give a new one (`AUTH_NEEDED`);
+    /// the next `AUTH_SESSION`, a page's `FLUSH_QUEUE` or the worker's next start tries
+    /// again. A sign-out is not such a stop (r4, 4.8): an `/auth/me` that names nobody
+    /// (an expired session, a captive portal's 200 page) is asked again on the backoff
+    /// schedule, so the queue does not wait for a reload once the session is back.
     pub fn awaits_trigger(self) -> bool {
+        matches!(self, StopReason::Unauthorized)
+    }
+
+    /// Whether an `AUTH_SESSION` naming an account resumes delivery at once, before the
+    /// backoff: a person just signed in after nobody was (or after a refused credential).
+    pub fn resumed_by_sign_in(self) -> bool {
         matches!(self, StopReason::SignedOut | StopReason::Unauthorized)
     }
 
-    /// How the stop counts for the backoff. The budget and a sign-out are no failure of
-    /// the network or the server.
+    /// How the stop counts for the backoff. The budget and a refused credential are no
+    /// failure of the network or the server; a sign-out backs off like a transient
+    /// failure (r4: asked again, each time a little later, up to the cap).
     pub fn flush_end(self) -> FlushEnd {
         match self {
-            StopReason::SignedOut | StopReason::Unauthorized | StopReason::Budget => {
-                FlushEnd::Clean
-            }
-            StopReason::Offline
+            StopReason::Unauthorized | StopReason::Budget => FlushEnd::Clean,
+            StopReason::SignedOut
+            | StopReason::Offline
             | StopReason::IdentityCheck
             | StopReason::AccountMismatch
             | StopReason::Storage
@@ -122,9 +130,29 @@ pub struct Delivery {
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
+    use crate::core::backoff::CAP_MS;
     use crate::core::record::AttentionReason;
 
     const HOUR: u64 = 3_600_000;
+
+    /// A `Retry-After` date as `core::answer` reads it, held by the backoff no longer
+    /// than `maxRetryAfterMs` (here, where both are used: neither imports the other).
+    #[test]
+    fn a_retry_after_date_far_ahead_is_bounded_by_max_retry_after() {
+        let date_9999 = parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", 0);
+        let b = Backoff::default().after(FlushEnd::RetryAfter(date_9999), 0, 0.5, HOUR);
+        assert_eq!(b.retry_after_until, HOUR);
+        let b = Backoff::default().after(
+            FlushEnd::RetryAfter(parse_retry_after(
+                "Fri, 31 Dec 9223372036854775807 23:59:59 GMT",
+                5,
+            )),
+            5,
+            0.5,
+            HOUR,
+        );
+        assert_eq!(b.retry_after_until, HOUR + 5, "bounded by maxRetryAfterMs");
+    }
 
     #[test]
     fn every_stopping_answer_names_its_stop() {
@@ -236,7 +264,7 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_is_continued_soon_and_a_sign_out_awaits_a_trigger() {
+    fn the_budget_is_continued_soon_and_a_refused_credential_awaits_a_trigger() {
         let now = 5_000;
         let after = Backoff::default().after(StopReason::Budget.flush_end(), now, 0.5, HOUR);
         assert_eq!(after, Backoff::default(), "no failure");
@@ -244,10 +272,34 @@ mod tests {
             retry_at(Some(StopReason::Budget), false, &after, now),
             Some(now + BASE_MS)
         );
-        for s in [StopReason::SignedOut, StopReason::Unauthorized] {
-            assert!(s.awaits_trigger());
-            assert_eq!(retry_at(Some(s), true, &after, now), None);
+        let s = StopReason::Unauthorized;
+        assert!(s.awaits_trigger());
+        assert!(s.resumed_by_sign_in());
+        assert_eq!(retry_at(Some(s), true, &after, now), None);
+    }
+
+    /// r4 (4.8): nobody signed in is asked again on the backoff schedule, later each time
+    /// up to the cap; a sign-in still resumes at once.
+    #[test]
+    fn a_sign_out_is_retried_on_the_backoff_schedule() {
+        let s = StopReason::SignedOut;
+        assert!(!s.awaits_trigger());
+        assert!(s.resumed_by_sign_in());
+        let mut now = 5_000;
+        let mut backoff = Backoff::default();
+        let mut last_wait = 0;
+        for _ in 0..12 {
+            backoff = backoff.after(s.flush_end(), now, 0.999, HOUR);
+            let at = retry_at(Some(s), false, &backoff, now).expect("a timer, not a trigger");
+            let wait = at - now;
+            assert!(
+                wait >= last_wait && wait <= CAP_MS,
+                "{wait} after {last_wait}"
+            );
+            last_wait = wait;
+            now = at;
         }
+        assert!(last_wait > CAP_MS / 2, "it reached the cap: {last_wait}");
     }
 
     #[test]

@@ -453,6 +453,39 @@ impl Replay {
         picked
     }
 
+    /// Up to `n` records that follow `id` in its lane and would be sent next if every
+    /// record before them is replayed: waiting, and held back by no rule of 4.2. What a
+    /// lane marks ahead while `id` is on the wire (4.7, r4): a guess, whose marks are
+    /// cleared for the records that were not sent after all.
+    pub fn next_in_lane(&self, id: RecordId, n: usize) -> Vec<RecordId> {
+        let Some(i) = self.index(id) else {
+            return Vec::new();
+        };
+        let Some(lane) = self.frontier.lane_of[i] else {
+            return Vec::new();
+        };
+        let items = &self.frontier.lanes[lane].items;
+        let Ok(at) = items.binary_search(&i) else {
+            return Vec::new();
+        };
+        items[at + 1..]
+            .iter()
+            .take(n)
+            .take_while(|&&j| {
+                self.progress[j] == Progress::Waiting && self.static_reason(j).is_none()
+            })
+            .map(|&j| self.items[j].id)
+            .collect()
+    }
+
+    /// Whether this flush would send `id` if nothing failed before it: a record of the
+    /// signed-in account that no rule of 4.2 holds back. Only such a record's unknown
+    /// age holds the flush back (r4): another account's never makes it back off.
+    pub fn would_send(&self, id: RecordId) -> bool {
+        self.index(id)
+            .is_some_and(|i| self.is_owned(i) && self.static_reason(i).is_none())
+    }
+
     /// Units of work the frontier did so far (for the host test of its cost).
     pub fn steps(&self) -> u64 {
         self.frontier.steps
@@ -596,6 +629,49 @@ mod tests {
     }
 
     const FAIL: Verdict = Verdict::ServerFailure { status: 500 };
+
+    #[test]
+    fn the_records_a_lane_marks_ahead_are_its_next_sendable_ones() {
+        let mut r = alice(vec![
+            rec(1, Some("alice"), Some("p1")),
+            rec(2, Some("alice"), Some("p2")),
+            rec(3, Some("alice"), Some("p1")),
+            rec(4, Some("bob"), Some("p1")),
+            rec(5, Some("alice"), Some("p1")),
+            with_attention(rec(6, Some("alice"), Some("p1")), AttentionReason::Conflict),
+            rec(7, Some("alice"), Some("p1")),
+        ]);
+        assert_eq!(r.next_sends(4), ids(&[1, 2]));
+        // Its own lane only (not p2's), other accounts' records skipped (not in the lane),
+        // and never past a record that is held back.
+        assert_eq!(r.next_in_lane(RecordId(1), 5), ids(&[3, 5]));
+        assert_eq!(r.next_in_lane(RecordId(1), 1), ids(&[3]));
+        assert_eq!(r.next_in_lane(RecordId(2), 3), ids(&[]));
+        r.on_outcome(RecordId(1), &Verdict::Replayed, None);
+        assert_eq!(r.next_sends(4), ids(&[3]));
+        assert_eq!(r.next_in_lane(RecordId(3), 3), ids(&[5]));
+        assert_eq!(
+            r.next_in_lane(RecordId(4), 3),
+            ids(&[]),
+            "not the account's"
+        );
+    }
+
+    #[test]
+    fn only_a_record_this_flush_would_send_holds_it_back() {
+        let r = alice(vec![
+            rec(1, Some("alice"), Some("p1")),
+            rec(2, Some("bob"), Some("p1")),
+            rec(3, None, Some("p1")),
+            with_attention(rec(4, Some("alice"), Some("p2")), AttentionReason::Conflict),
+        ]);
+        assert!(r.would_send(RecordId(1)));
+        assert!(!r.would_send(RecordId(2)), "another account's");
+        assert!(!r.would_send(RecordId(3)), "no known owner");
+        assert!(!r.would_send(RecordId(4)), "waits for a person");
+        let signed_out = Replay::new(vec![rec(1, Some("alice"), Some("p1"))], None);
+        assert!(!signed_out.would_send(RecordId(1)));
+    }
 
     #[test]
     fn each_static_reason_in_its_order() {

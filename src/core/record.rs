@@ -143,6 +143,7 @@ pub struct RawRecord {
     pub headers: Option<Vec<(String, String)>>,
     pub credentials: Option<String>,
     pub conflicts: Option<f64>,
+    pub conflicts_since: Option<f64>,
 }
 
 /// A record's metadata: everything but the body bytes.
@@ -177,6 +178,10 @@ pub struct RecordMeta {
     pub credentials: Credentials,
     /// 409 answers in a row without an outcome-unknown marker ("still running").
     pub conflicts: u32,
+    /// When the first of those answers came (ms since the epoch): `conflict` waits for
+    /// `stillRunningPatienceMs` from it (contract 4.5, r4). `None` while `conflicts` is
+    /// 0, and for a count stored by an earlier version (the time starts at the next).
+    pub conflicts_since: Option<u64>,
 }
 
 impl Default for RecordMeta {
@@ -201,6 +206,7 @@ impl Default for RecordMeta {
             headers: Vec::new(),
             credentials: Credentials::Include,
             conflicts: 0,
+            conflicts_since: None,
         }
     }
 }
@@ -283,6 +289,11 @@ impl RecordMeta {
             Some(t) if t.is_finite() && t >= 0.0 => Some(t as u64),
             Some(_) => return Err(CorruptRecord::Field("firstSentAt")),
         };
+        let conflicts_since = match raw.conflicts_since {
+            None => None,
+            Some(t) if t.is_finite() && t >= 0.0 => Some(t as u64),
+            Some(_) => return Err(CorruptRecord::Field("conflictsSince")),
+        };
         let credentials = match raw.credentials.as_deref() {
             None => Credentials::Include,
             Some(c) => Credentials::parse(c).ok_or(CorruptRecord::Field("credentials"))?,
@@ -305,6 +316,7 @@ impl RecordMeta {
             headers: raw.headers.unwrap_or_default(),
             credentials,
             conflicts: count(raw.conflicts, "conflicts")?,
+            conflicts_since,
         })
     }
 
@@ -326,6 +338,7 @@ impl RecordMeta {
             attempts: self.attempts,
             first_sent_at: self.first_sent_at,
             conflicts: self.conflicts,
+            conflicts_since: self.conflicts_since,
             content_type: self.content_type.clone(),
             body_size: self.body_len,
         }
@@ -348,6 +361,7 @@ pub struct MutableFields {
     pub attempts: u32,
     pub first_sent_at: Option<u64>,
     pub conflicts: u32,
+    pub conflicts_since: Option<u64>,
     /// Changed only by an edit (with the body, in the same transaction).
     pub content_type: Option<String>,
     pub body_size: usize,

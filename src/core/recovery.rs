@@ -4,7 +4,15 @@
 
 use super::key::IdempotencyKey;
 use super::record::{RecordId, RecordMeta, RecordState};
-use crate::protocol::RecoverAction;
+
+/// What a person asked for a record that needs attention (`RECOVER_RECORD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoverAction {
+    RetryNew,
+    Discard,
+    /// Replace the body (the command's `edit`) and resend under a fresh key.
+    Edit,
+}
 
 /// The adopted form of a record, or `None` when it is not adoptable: only unknown-owner
 /// records that are not auth routes (and, when `ids` is given, only those ids). A record
@@ -147,6 +155,7 @@ pub fn recover(
             n.state = RecordState::Queued;
             n.server_failures = 0;
             n.conflicts = 0;
+            n.conflicts_since = None;
             n.last_status = None;
             n.timestamp = now_ms;
             // A new key: no server has seen it, so its key window starts at its next send.
@@ -199,6 +208,7 @@ pub fn edit(
     n.state = RecordState::Queued;
     n.server_failures = 0;
     n.conflicts = 0;
+    n.conflicts_since = None;
     n.last_status = None;
     n.first_sent_at = None;
     n.timestamp = now_ms;

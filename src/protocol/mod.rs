@@ -12,6 +12,7 @@ use crate::core::key::IdempotencyKey;
 use crate::core::planner::BlockReason;
 use crate::core::record::{RecordId, RecordMeta, RecordState, MAX_SAFE_INTEGER};
 use crate::core::recovery::Edit;
+pub use crate::core::recovery::RecoverAction;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -90,14 +91,6 @@ pub struct Limits {
 
 /// The one field that may be an array (`REBIND_RECORDS.ids`).
 pub const ARRAY_FIELD: &str = "ids";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecoverAction {
-    RetryNew,
-    Discard,
-    /// Replace the body (the command's `edit`) and resend under a fresh key.
-    Edit,
-}
 
 impl Command {
     pub fn name(&self) -> &'static str {
@@ -537,6 +530,10 @@ pub enum Outgoing {
         records: Vec<ListedRecord>,
         /// Why the last flush stopped, when the next is due, when the last one ran (r3).
         delivery: Delivery,
+        /// The account of the session the worker holds (the last `AUTH_SESSION`, as
+        /// persisted; null: signed out or none yet): after an offline reload, a page
+        /// that cannot ask `authMePath` still knows whose writes are pending (issue 37).
+        account: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         request_id: Option<Value>,
     },
@@ -1140,10 +1137,22 @@ mod tests {
                     retry_at: None,
                     last_attempt_at: Some(5),
                 },
+                account: None,
                 request_id: None,
             })
             .expect("ok"),
-            json!({"type":"QUEUE_STATE","records":[],"delivery":{"stoppedBy":"signed-out","retryAt":null,"lastAttemptAt":5}})
+            json!({"type":"QUEUE_STATE","records":[],"delivery":{"stoppedBy":"signed-out","retryAt":null,"lastAttemptAt":5},"account":null})
+        );
+        assert_eq!(
+            serde_json::to_value(Outgoing::QueueState {
+                records: Vec::new(),
+                delivery: Delivery::default(),
+                account: Some("alice".into()),
+                request_id: Some(json!("r1")),
+            })
+            .expect("ok"),
+            json!({"type":"QUEUE_STATE","records":[],"delivery":{"stoppedBy":null,"retryAt":null,"lastAttemptAt":null},"account":"alice","requestId":"r1"}),
+            "the session's account is always there, null included"
         );
     }
 

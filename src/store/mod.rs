@@ -166,6 +166,15 @@ pub enum ReplayStep {
     Delete(RecordId),
     /// The record's new state over its stored metadata; the body is untouched.
     Update(RecordId, MutableFields),
+    /// `marks` marks whose request never left (held at the sign-in barrier, marked ahead
+    /// and not reached, a stop, the budget: r4, 4.7): `attempts` − `marks`, and
+    /// `firstSentAt` back to null when it still holds `first_send`, the time the first of
+    /// them set.
+    Unmark {
+        id: RecordId,
+        marks: u32,
+        first_send: Option<u64>,
+    },
 }
 
 /// What a [`ReplayStep`] found, once its transaction committed.
@@ -297,6 +306,7 @@ fn raw_record(value: &JsValue) -> Result<RawRecord, String> {
     };
     r.credentials = text(value, "credentials")?;
     r.conflicts = num(value, "conflicts")?;
+    r.conflicts_since = num(value, "conflictsSince")?;
     Ok(r)
 }
 
@@ -759,6 +769,7 @@ impl Store {
             Begin(JsValue, RequestFuture, RequestFuture, u64),
             Deleted,
             Update(RequestFuture, MutableFields),
+            Unmark(RequestFuture, u32, Option<u64>),
         }
         let mut reads = Vec::with_capacity(steps.len());
         for step in steps {
@@ -779,6 +790,14 @@ impl Store {
                     let key = key_of(id);
                     let value = request(store.get(&key).map_err(failed)?);
                     Reading::Update(value, fields)
+                }
+                ReplayStep::Unmark {
+                    id,
+                    marks,
+                    first_send,
+                } => {
+                    let value = request(store.get(&key_of(id)).map_err(failed)?);
+                    Reading::Unmark(value, marks, first_send)
                 }
             });
         }
@@ -803,6 +822,24 @@ impl Store {
                         StepDone::Updated(true)
                     } else {
                         StepDone::Updated(false)
+                    }
+                }
+                Reading::Unmark(value, marks, first_send) => {
+                    let value = value.await?;
+                    let attempts = num(&value, "attempts").ok().flatten();
+                    match attempts {
+                        Some(n) if value.is_object() => {
+                            let set = |f: &str, v: &JsValue| Reflect::set(&value, &f.into(), v);
+                            let left = (n - f64::from(marks)).max(0.0);
+                            set("attempts", &left.into()).map_err(failed)?;
+                            let first = num(&value, "firstSentAt").ok().flatten();
+                            if first_send.is_some_and(|t| first == Some(t as f64)) {
+                                set("firstSentAt", &JsValue::NULL).map_err(failed)?;
+                            }
+                            store.put(&value).map_err(failed)?;
+                            StepDone::Updated(true)
+                        }
+                        _ => StepDone::Updated(false),
                     }
                 }
                 Reading::Begin(key, value, body, now_ms) => {

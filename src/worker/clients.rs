@@ -187,3 +187,11 @@ impl ReplyTo {
         };
     }
 }
+
+/// Asks every window for a credential of `user` (r3: `AUTH_NEEDED`).
+pub(in crate::worker) async fn ask_for_credential(user: &str) {
+    broadcast(&Outgoing::AuthNeeded {
+        user_id: user.to_owned(),
+    })
+    .await;
+}

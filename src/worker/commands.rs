@@ -156,6 +156,7 @@ async fn run(
                         Outgoing::QueueState {
                             records,
                             delivery,
+                            account: viewer,
                             request_id: env.request_id.clone(),
                         },
                         None,
@@ -269,8 +270,8 @@ async fn run(
 
 /// After an `AUTH_SESSION` was persisted: a flush when it names an account and the last
 /// flush stopped because nobody was signed in (or a replay was refused as such, or the
-/// credential was refused or missing: r3). Such a stop has no timer (`core::delivery`,
-/// `retryAt` null); this is the trigger it awaits. Not for the very credential the
+/// credential was refused or missing: r3). A person just signed in: it goes before the
+/// backoff (`core::delivery::StopReason::resumed_by_sign_in`). Not for the very credential the
 /// server just refused (`core::credential::sign_in_flushes`).
 async fn after_sign_in(
     inner: &Inner,
@@ -284,7 +285,7 @@ async fn after_sign_in(
     let delivery = inner.store.delivery().await.ok()?;
     delivery
         .stopped_by
-        .is_some_and(|s| s.awaits_trigger())
+        .is_some_and(|s| s.resumed_by_sign_in())
         .then_some(Trigger::SignIn)
 }
 
@@ -331,7 +332,7 @@ async fn verify(
         (_, Some(Identity::SignedOut)) if bearer.needs_on_401().is_some() => {
             if let Some(user) = bearer.needs_on_401() {
                 inner.credential_refused(authorization.as_ref());
-                ask_for_credential(user).await;
+                clients::ask_for_credential(user).await;
             }
             Err(format!(
                 "the server did not accept the session's credential for {owner}: AUTH_NEEDED was sent"
@@ -346,14 +347,6 @@ async fn verify(
         }
         _ => Err("the identity check failed: offline".into()),
     }
-}
-
-/// Asks every window for a credential of `user` (r3: `AUTH_NEEDED`).
-pub(super) async fn ask_for_credential(user: &str) {
-    clients::broadcast(&Outgoing::AuthNeeded {
-        user_id: user.to_owned(),
-    })
-    .await;
 }
 
 async fn rebind(inner: &Rc<Inner>, owner: &str, ids: Option<&[RecordId]>) -> Result<u64, String> {

@@ -170,7 +170,7 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         flush: RefCell::new(FlushState::default()),
         lanes: lanes::Lanes::default(),
         attempts: attempts::Attempts::default(),
-        retry: retry::RetryTimer::default(),
+        retry: retry::RetryTimer::new(retry_flush),
         offline: offline::Offline::default(),
         barrier: barrier::Barrier::default(),
         accounts: clients::WindowAccounts::default(),
@@ -181,6 +181,13 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
     inner.reload().await;
     watch_updates(&inner);
     Ok(Outbox { inner })
+}
+
+/// What the retry timer runs (`worker::retry`): a flush.
+fn retry_flush(inner: Rc<Inner>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    Box::pin(async move {
+        flush::request(&inner, Trigger::Retry).await;
+    })
 }
 
 /// Lets go of the events kept open for retries when a new version of the worker appears
@@ -251,12 +258,16 @@ impl Outbox {
                 // again minutes later (waking the worker) for an empty queue.
                 let retry_later = outcome.retry_later && inner.store.count().await.unwrap_or(1) > 0;
                 let retried = retry_later && !last_chance;
-                if inner.syncs_firing.get() == 0 && inner.sync_owed.take() && !retried {
-                    // Writes were queued while it fired and the browser will not fire it
-                    // again by itself: registered now (it fires again once this ends).
-                    if inner.store.count().await.unwrap_or(1) > 0 {
-                        retry::register_sync(&inner.config.sync_tag).await;
-                    }
+                let owed = inner.syncs_firing.get() == 0 && inner.sync_owed.take() && !retried;
+                // Registered again before the event ends (it fires again once this one
+                // ends; its flush waits for the backoff like any): writes were queued
+                // while it fired, which the browser will not fire it for by itself; or
+                // its last chance failed with work left, and the browser gives it up —
+                // delivery must not wait for the app to be opened when the worker's own
+                // timer dies with the worker (r4, 4.8).
+                let given_up = retry_later && last_chance && inner.background_sync;
+                if given_up || (owed && inner.store.count().await.unwrap_or(1) > 0) {
+                    retry::register_sync(&inner.config.sync_tag).await;
                 }
                 if retry_later {
                     // A rejected sync promise makes the browser retry the sync later.

@@ -10,7 +10,7 @@
 //! silent. A worker the browser stops anyway is started again by the next event (a page,
 //! a sync), whose start flush takes over.
 
-use super::{describe, flush, now_ms, scope, Inner, Trigger};
+use super::{describe, now_ms, scope, Inner};
 use crate::channel::oneshot;
 use crate::core::backoff::BASE_MS;
 use js_sys::Reflect;
@@ -24,9 +24,22 @@ use wasm_bindgen_futures::JsFuture;
 /// A retry this near is waited for by the event that scheduled it.
 pub const KEEP_ALIVE_MS: u64 = 25_000;
 
-#[derive(Default)]
+/// What the timer runs when it fires: a flush, given by the worker's start so that this
+/// module knows nothing of flushes (a flush arms the timer; the timer never reaches back).
+pub type OnFire = fn(Rc<Inner>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
 pub struct RetryTimer {
     armed: RefCell<Option<Armed>>,
+    on_fire: OnFire,
+}
+
+impl RetryTimer {
+    pub fn new(on_fire: OnFire) -> RetryTimer {
+        RetryTimer {
+            armed: RefCell::new(None),
+            on_fire,
+        }
+    }
 }
 
 struct Armed {
@@ -159,8 +172,9 @@ impl Inner {
                             .take()
                             .map(|a| a.waiters)
                             .unwrap_or_default();
+                        let fire = (me.retry.on_fire)(me.clone());
                         wasm_bindgen_futures::spawn_local(async move {
-                            flush::request(&me, Trigger::Retry).await;
+                            fire.await;
                             for w in waiters {
                                 let _ = w.send(());
                             }

@@ -3,14 +3,16 @@
 //! per step, the lanes queued behind each other on IndexedDB (readwrite transactions over
 //! one store run one at a time), so parallel lanes were no faster than one. Steps that
 //! become due while a transaction commits are stored together in the next one; each
-//! lane still learns its step's result only after that transaction committed.
+//! lane learns its step's result only after that transaction committed.
 //!
-//! A settlement need not have committed before the next record of its lane is handed
-//! out, only before that record is sent: the next record's in-flight mark is a later
-//! step, committed in the same transaction or a later one, and once a transaction fails
-//! every later step of the flush fails too (until [`Inner::open_steps`]), so nothing is
-//! sent after a record whose new state was not stored. One commit per record and lane,
-//! not two.
+//! A record's mark must have committed before its request leaves; nothing else need
+//! wait for a commit (r4, 4.7). Its lane's marks are handed over ahead
+//! (`flush::marks`), and a settlement is handed over unawaited: only a replayed
+//! record's deletion is followed by more sends of its lane (every other answer holds
+//! the lane for the flush), and a deletion a crash or a failed transaction lost only
+//! has the record sent again with its key, answered from the server's ledger. Once a
+//! transaction fails every later step of the flush fails too (until
+//! [`Inner::open_steps`]), so no mark handed over after it lets a record leave.
 
 use super::Inner;
 use crate::channel::oneshot;
@@ -33,6 +35,18 @@ struct Item {
     waiter: Option<Waiter>,
 }
 
+/// A step handed over, whose transaction's result is awaited when it is needed.
+pub(crate) struct StepAhead(oneshot::Receiver<Result<StepDone, IdbError>>);
+
+impl StepAhead {
+    /// The step's result once its transaction committed (or failed).
+    pub(crate) async fn result(self) -> Result<StepDone, IdbError> {
+        self.0
+            .await
+            .unwrap_or_else(|_| Err(IdbError::Aborted("the step was dropped".into())))
+    }
+}
+
 #[derive(Default)]
 pub struct Steps {
     queue: RefCell<Vec<Item>>,
@@ -44,6 +58,12 @@ pub struct Steps {
 }
 
 impl Inner {
+    /// Whether a step of this flush failed: nothing more is sent (a record whose mark
+    /// committed ahead included), as the flush cannot store what it learns.
+    pub(crate) fn steps_failed(&self) -> bool {
+        self.steps.failed.get()
+    }
+
     /// A flush starts: its steps are tried again whatever an earlier flush's failed.
     pub(crate) fn open_steps(&self) {
         self.steps.failed.set(false);
@@ -61,17 +81,13 @@ impl Inner {
         rx.await.unwrap_or(false)
     }
 
-    /// Stores one replay step with whatever else is due (`lane`: the lane a deleted
-    /// record leaves); resolves once its transaction committed.
-    pub(crate) async fn replay_step(
-        self: &Rc<Self>,
-        step: ReplayStep,
-        lane: Option<Lane>,
-    ) -> Result<StepDone, IdbError> {
+    /// Hands a step over now (with whatever else is due; `lane`: the lane a deleted
+    /// record leaves), its result awaited when it is needed: a lane's marks committed
+    /// ahead of its sends (4.7, r4) take their place among the flush's steps here.
+    pub(crate) fn step_ahead(self: &Rc<Self>, step: ReplayStep, lane: Option<Lane>) -> StepAhead {
         let (tx, rx) = oneshot::channel();
         self.submit_step(step, lane, Some(tx));
-        rx.await
-            .unwrap_or_else(|_| Err(IdbError::Aborted("the step was dropped".into())))
+        StepAhead(rx)
     }
 
     /// Hands a settlement over without waiting for it to commit (see the module's

@@ -102,7 +102,7 @@ test('the package carries the adopter README, not the repository one', async () 
   for (const section of ['npm install sw-outbox', 'sw-outbox/vite', 'What your server must do', 'Browser support', '| `apiPrefix` |']) {
     assert.ok(readme.includes(section), `the README has ${section}`);
   }
-  for (const repoOnly of ['build.sh', 'Benchmark', 'chaos']) {
+  for (const repoOnly of ['./build.sh demo', 'The two commands', 'Benchmark', 'chaos']) {
     assert.ok(!readme.includes(repoOnly), `no ${repoOnly} in the adopter README`);
   }
 });

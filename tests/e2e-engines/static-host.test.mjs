@@ -12,11 +12,16 @@
 // failed there); WebKit precached the new page either way. (The browser's update check of `sw.js` meets the same 304, which the
 // worker cannot help: this deploy changes the length of `sw.js` so that the check sees
 // it, and the package README asks hosts for validators that follow the bytes.)
+//
+// And the package README's Express setting ("Serving the worker's files", its `// server.js`
+// block run as it is): with it, a deploy that keeps `sw.js`'s length and time is seen by
+// the browser's update check, which the default setting answers 304.
 import assert from 'node:assert/strict';
 import { cp, mkdir, mkdtemp, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { readFile } from 'node:fs/promises';
 import { after, before, test } from 'node:test';
 import express from 'express';
 import { repoRoot } from './harness.mjs';
@@ -47,6 +52,24 @@ let dir;
 let site;
 let server;
 let origin;
+/** A second site behind the README's setting. */
+const readmeHost = { site: '', server: null, origin: '' };
+
+/** The package README's Express lines (its `// server.js` block), run on `app` for `folder`. */
+async function readmeExpressSetting(app, folder) {
+  const readme = await readFile(join(repoRoot, 'package/README.md'), 'utf8');
+  const block = /^```js\n\/\/ server\.js\n([\s\S]*?)^```$/m.exec(readme)?.[1];
+  if (!block) throw new Error('package/README.md has no ```js block starting // server.js');
+  new Function('app', 'express', block.replace("'dist'", JSON.stringify(folder)))(app, express);
+}
+
+async function listen(app) {
+  let s;
+  await new Promise((resolve, reject) => {
+    s = app.listen(0, '127.0.0.1', resolve).on('error', reject);
+  });
+  return { server: s, origin: `http://127.0.0.1:${s.address().port}` };
+}
 
 /** Every file of the site gets FIXED_TIME. */
 async function fixTimes(folder) {
@@ -70,16 +93,22 @@ before(async () => {
   await fixTimes(site);
   const app = express();
   app.use(express.static(site));
-  await new Promise((resolve, reject) => {
-    server = app.listen(0, '127.0.0.1', resolve).on('error', reject);
-  });
-  origin = `http://127.0.0.1:${server.address().port}`;
+  ({ server, origin } = await listen(app));
+
+  readmeHost.site = join(dir, 'readme-host');
+  await cp(site, readmeHost.site, { recursive: true });
+  await writeFile(join(readmeHost.site, 'sw.js'), siteWorker('r1'));
+  await fixTimes(readmeHost.site);
+  const readmeApp = express();
+  await readmeExpressSetting(readmeApp, readmeHost.site);
+  ({ server: readmeHost.server, origin: readmeHost.origin } = await listen(readmeApp));
 });
 
 after(async () => {
-  if (server) {
-    const closed = new Promise((resolve) => server.close(resolve));
-    server.closeAllConnections();
+  for (const s of [server, readmeHost.server]) {
+    if (!s) continue;
+    const closed = new Promise((resolve) => s.close(resolve));
+    s.closeAllConnections();
     await closed;
   }
   if (dir) await rm(dir, { recursive: true, force: true });
@@ -136,5 +165,44 @@ forEachEngine((engine, harness) => {
       return names.length === 1 && names[0] === next ? cachedPage(page, next) : null;
     }, { timeout: 30000, what: `only ${next} left` });
     assert.match(text, /later deploy/, 'the new build\'s cache holds the new page');
+  }));
+
+  test('behind the package README\'s Express setting, a deploy that keeps sw.js\'s length and time is seen by the update check', withDiagnostics(harness, async () => {
+    const h = harness();
+    const page = h.browser.pages()[0] ?? await h.browser.newPage();
+    {
+      const o = readmeHost.origin;
+      await page.goto(`${o}/`);
+      await page.evaluate(() => window.site.ready);
+      const sw = await fetch(`${o}/sw.js`);
+      assert.deepEqual([sw.headers.get('etag'), sw.headers.get('last-modified'), sw.headers.get('cache-control')],
+        [null, null, 'no-cache'], 'no validator made of time and size; no-cache');
+      await sw.arrayBuffer();
+      const first = await page.evaluate(async () => (await caches.keys()).filter((n) => n.startsWith('sw-outbox-')));
+      assert.equal(first.length, 1, JSON.stringify(first));
+      assert.match(first[0], /-r1$/);
+
+      // The next deploy: sw.js of the same length, every file at the fixed time again. The
+      // default setting calls the old copy fresh (the first test's hazard, for sw.js).
+      const worker = join(readmeHost.site, 'sw.js');
+      const length = (await stat(worker)).size;
+      await writeFile(worker, siteWorker('r2'));
+      await fixTimes(readmeHost.site);
+      assert.equal((await stat(worker)).size, length, 'same length');
+      const defaultWorker = join(site, 'sw.js');
+      const defaults = await fetch(`${origin}/sw.js`);
+      await defaults.arrayBuffer();
+      await writeFile(defaultWorker, (await readFile(defaultWorker, 'utf8')).replace(/'(\w+)';\n/, (m, b) => `'${b.slice(0, -1)}x';\n`));
+      await fixTimes(site);
+      assert.equal(await statusOf('/sw.js', { 'If-None-Match': defaults.headers.get('etag'), 'If-Modified-Since': defaults.headers.get('last-modified') }),
+        304, 'behind express.static\'s defaults the same change is answered 304');
+
+      await page.evaluate(async () => (await navigator.serviceWorker.getRegistration()).update());
+      const next = first[0].replace(/-r1$/, '-r2');
+      await eventually(async () => {
+        const names = await page.evaluate(() => caches.keys());
+        return names.includes(next) && !names.includes(first[0]);
+      }, { timeout: 30000, what: `the new deploy's cache ${next}, and the old one gone` });
+    }
   }));
 }, { name: 'a static host that validates by file time' });

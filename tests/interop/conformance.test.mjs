@@ -11,7 +11,8 @@ import { after, before, test } from 'node:test';
 import { repoRoot } from '../e2e/harness.mjs';
 import { startInteropServer } from './harness.mjs';
 
-const NODE_IDEMPOTENCY = resolve(repoRoot, 'tests/interop/node-idempotency-server.mjs');
+const NEST = resolve(repoRoot, 'tests/interop/nest-server.mjs');
+const CORE = resolve(repoRoot, 'tests/interop/core-server.mjs');
 
 const BIN = process.env.SW_OUTBOX_CONFORMANCE
   || resolve(repoRoot, 'target/release/sw-outbox-conformance');
@@ -122,8 +123,8 @@ test('a slow hook the server refuses leaves the concurrent check "not checked", 
 });
 
 // The same check against @node-idempotency (npm, pinned), set up as its READMEs say:
-// node-idempotency-server.mjs, `--with nestjs` (@node-idempotency/nestjs on NestJS 10)
-// and `--with core` (@node-idempotency/core called from an Express route).
+// nest-server.mjs (@node-idempotency/nestjs on NestJS 10) and core-server.mjs
+// (@node-idempotency/core called from an Express route).
 /** Both setups: every duty but two pass; keys are global (fail), the expected account is
  * ignored (not supported: unsafe on shared devices). */
 const NODE_IDEMPOTENCY_VERDICTS = {
@@ -139,9 +140,9 @@ const NODE_IDEMPOTENCY_VERDICTS = {
   'page-keys': 'pass',
 };
 
-for (const [name, setup] of [['@node-idempotency/nestjs', 'nestjs'], ['@node-idempotency/core', 'core']]) {
+for (const [name, script] of [['@node-idempotency/nestjs', NEST], ['@node-idempotency/core', CORE]]) {
   test(`${name}: every duty, asserted one by one; keys shared across accounts fail`, async () => {
-    const app = await startInteropServer({ script: NODE_IDEMPOTENCY, args: ['--with', setup] });
+    const app = await startInteropServer({ script });
     try {
       const run = await new Promise((done, fail) => {
         execFile(BIN, [app.baseUrl, ...ARGS, '--json'], { timeout: 120000 }, (err, stdout, stderr) => {

@@ -151,10 +151,13 @@ test('4. an uncached 5xx: queued offline, first replay 500 (not stored), retried
   await h.setNetwork(false);
   const queued = assertQueued(await write(page, 'after a 500'), 'a write made offline');
   const key = queued.idempotencyKey;
+  // Armed before the network is back: the worker's own retries (the offline probe) may
+  // replay the record as soon as it is. The offline first attempt never reached the
+  // handler, so the fault waits for the first replay.
+  await h.fault('fail-once');
   await h.setNetwork(true);
   assert.deepEqual(await h.applied(), [], 'nothing applied while offline');
 
-  await h.fault('fail-once');
   // A late Background Sync flush may take the first replay, and a FLUSH_QUEUE asked for
   // during it then shares the rerun after it; so flush until the queue is empty (at most
   // twice for one 500), checking the record after each flush that left it queued.

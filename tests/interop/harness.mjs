@@ -31,7 +31,7 @@ function checkWorkerBuilt(www) {
  */
 export async function startInteropServer({
   www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www'),
-  // Another app of this folder (node-idempotency-server.mjs), with its own arguments.
+  // Another app of this folder (nest-server.mjs, core-server.mjs), and its arguments.
   script = SERVER,
   args = ['--www', www],
 } = {}) {
@@ -77,12 +77,13 @@ export async function startInteropServer({
 }
 
 /**
- * Starts the server and a browser with a fresh profile. Call `close()` in `after`.
+ * Starts the server (server.mjs, or the app `script` names) and a browser with a fresh
+ * profile. Call `close()` in `after`.
  */
-export async function startInteropHarness() {
+export async function startInteropHarness({ script } = {}) {
   const www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www');
   checkWorkerBuilt(www);
-  const server = await startInteropServer({ www });
+  const server = await startInteropServer({ www, script });
   const profile = await mkdtemp(join(tmpdir(), 'sw-outbox-interop-'));
   let context;
   try {

@@ -58,7 +58,9 @@ function freshState() {
      * belongs to the browser (a `did` cookie, as csurf's cookie-stored secret does) and
      * outlives a sign-in as another account: a write carrying the token read before the
      * sign-in still passes, so only the outbox can keep it from landing under the new
-     * account (the sign-in race, tests/e2e-engines/sign-in-race.test.mjs). */
+     * account (the sign-in race, tests/e2e-engines/sign-in-race.test.mjs). `rotate`: a
+     * session's token is replaced by a new one after every write that passed the check (a
+     * server that rotates its token per request; /auth/me tells the current one). */
     csrf: 'session',
     /** Device id → CSRF token, in `device` mode. */
     deviceTokens: new Map(),
@@ -163,7 +165,7 @@ control.post('/release', (req, res) => {
 });
 control.post('/csrf', (req, res) => {
   const mode = req.body?.mode;
-  if (mode !== 'session' && mode !== 'device') return res.status(400).json({ detail: 'mode must be "session" or "device"' });
+  if (!['session', 'device', 'rotate'].includes(mode)) return res.status(400).json({ detail: 'mode must be "session", "device" or "rotate"' });
   state.csrf = mode;
   return res.json({ mode });
 });
@@ -230,6 +232,9 @@ app.use('/api', (req, res, next) => {
   if (!s) return res.status(401).json({ detail: 'not_signed_in' });
   if (req.method !== 'GET' && req.method !== 'HEAD' && req.get('x-csrf-token') !== csrfTokenOf(req, s)) {
     return res.status(403).json({ detail: 'csrf_failed' });
+  }
+  if (state.csrf === 'rotate' && req.method !== 'GET' && req.method !== 'HEAD') {
+    state.sessions.get(s.sid).csrfToken = randomBytes(18).toString('base64url');
   }
   req.account = s.userId;
   return next();

@@ -75,6 +75,45 @@ test('pending is the signed-in account\'s records only; a change of account re-r
   assert.deepEqual(s.store.state.pending.map((r) => r.id), [2]);
 });
 
+test('until the page says who is signed in, the worker\'s session says whose writes are pending (an offline reload)', () => {
+  const s = store();
+  // The reloaded page could not reach /auth/me, so it said nothing; the queue's answer
+  // names the session the worker persisted.
+  const fromWorker = (records, account, mark = 0) => s.store.onAnswer({ type: 'LIST_QUEUE' },
+    { type: 'QUEUE_STATE', records, delivery: NO_DELIVERY, account }, mark);
+  fromWorker([record(1, 'alice'), record(2, 'bob'), record(3, 'alice')], 'alice');
+  assert.equal(s.store.state.account, 'alice');
+  assert.equal(s.store.state.accountFrom, 'worker');
+  assert.deepEqual(s.store.state.pending.map((r) => r.id), [1, 3], 'alice\'s writes, pending while offline');
+  // The page then says the same account: nothing to re-read, now the page's word.
+  signIn(s, 'alice');
+  assert.equal(s.relists, 0);
+  assert.equal(s.store.state.accountFrom, 'page');
+  // The page's word stands over the worker's later answers.
+  signIn(s, 'bob');
+  fromWorker([record(1, 'alice'), record(2, 'bob')], 'alice');
+  assert.equal(s.store.state.account, 'bob');
+  assert.deepEqual(s.store.state.pending.map((r) => r.id), [2]);
+  // A sign-out said by the page is the page's word too.
+  s.store.onAnswer({ type: 'AUTH_SESSION', userId: null }, { type: 'COMMAND_RESULT', command: 'AUTH_SESSION', ok: true });
+  fromWorker([record(1, 'alice')], 'alice');
+  assert.equal(s.store.state.account, null);
+  assert.deepEqual(s.store.state.pending, []);
+});
+
+test('a worker with no session, or one that does not name it, leaves the account unknown; a clear forgets the worker\'s', () => {
+  const s = store();
+  listed(s, [record(1, 'alice')]); // no account field: an older worker
+  assert.equal(s.store.state.account, null);
+  assert.equal(s.store.state.accountFrom, null);
+  s.store.onAnswer({ type: 'LIST_QUEUE' }, { type: 'QUEUE_STATE', records: [record(1, 'alice')], delivery: NO_DELIVERY, account: null });
+  assert.deepEqual([s.store.state.account, s.store.state.accountFrom, s.store.state.pending.length], [null, null, 0]);
+  s.store.onAnswer({ type: 'LIST_QUEUE' }, { type: 'QUEUE_STATE', records: [record(1, 'alice')], delivery: NO_DELIVERY, account: 'alice' });
+  assert.equal(s.store.state.pending.length, 1);
+  s.store.onAnswer({ type: 'CLEAR_DEVICE' }, { type: 'COMMAND_RESULT', command: 'CLEAR_DEVICE', ok: true, affected: 1 });
+  assert.deepEqual([s.store.state.account, s.store.state.accountFrom, s.store.state.pending.length], [null, null, 0]);
+});
+
 test('a settled write leaves the lists and its answer is kept; its settlement resolves', async () => {
   const s = store();
   signIn(s);

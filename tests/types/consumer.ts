@@ -228,7 +228,11 @@ async function adopter(): Promise<void> {
   const kept: number = SETTLED_KEPT;
   const store = new OutboxStore({ relist: () => {}, now: () => 0 });
   store.onMessage({ type: 'MUTATIONS_REPLAYED', count: 0 });
-  store.onAnswer({ type: 'LIST_QUEUE' }, { type: 'QUEUE_STATE', records: [], delivery: now.delivery }, store.mark());
+  store.onAnswer({ type: 'LIST_QUEUE' }, { type: 'QUEUE_STATE', records: [], delivery: now.delivery, account: null }, store.mark());
+  // The worker's session, named in the queue's answer (an offline reload knows whose writes wait).
+  const workerAccount: string | null = state.account;
+  const accountFrom: 'page' | 'worker' | null = now.accountFrom;
+  void [workerAccount, accountFrom];
   store.backgroundAvailable(false);
   const fromStore: OutboxState = store.state;
   // React: the hook over the same store (null while the client is not made yet).
@@ -236,6 +240,16 @@ async function adopter(): Promise<void> {
   const beforeClient: OutboxState = useOutbox(null);
   // @ts-expect-error the hook takes the page helper's client, not its state
   useOutbox(now);
+  // With a selector: what it picks, typed by it (and an equality for built values).
+  const pendingCount: number = useOutbox(outbox, (s) => s.pending.length);
+  const stoppedBy: StopReason | null = useOutbox(null, (s) => s.delivery.stoppedBy);
+  const ids: RecordId[] = useOutbox(outbox, (s) => s.pending.map((r) => r.id),
+    (a, b) => a.length === b.length && a.every((x, i) => x === b[i]));
+  // @ts-expect-error the selection is typed by the selector: a count is no string
+  const wrongPick: string = useOutbox(outbox, (s) => s.pending.length);
+  // @ts-expect-error the equality compares two selections
+  useOutbox(outbox, (s) => s.pending.length, (a: string, b: string) => a === b);
+  void [pendingCount, stoppedBy, ids, wrongPick];
   void [waitingCount, reasons, retryAt, canSendInBackground, settledAt, ready, account, settledWrite, initial, kept,
     fromStore, inComponent, beforeClient];
 

@@ -4,10 +4,13 @@
 // consumer.ts, a fixture that uses every export. Two more checks keep the declarations
 // from drifting: the fixture must name every export the declarations have, and the
 // protocol's names (commands, messages, reasons, configuration fields) must be exactly
-// the ones the Rust source knows.
+// the ones the Rust source knows. And the page code of the READMEs (every ```js block
+// that calls the page helper and imports nothing but sw-outbox) is type-checked as an
+// adopter's editor checks JavaScript (`checkJs`, strict) against the same tarball, the
+// names it leaves to the reader (`user`, `render`, …) declared in readme-globals.d.ts.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { copyFile, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,6 +24,8 @@ const here = join(repoRoot, 'tests/types');
 
 let dir;
 let tsc; // { code, output } of the one tsc run over the fixture and drift.ts
+let readmeTsc; // the same over the READMEs' page code
+let readmeBlocks; // [file, source document, code]
 let drift; // drift.ts: the Rust source's names, each list asserted equal to a type
 
 /** Without comments, so names in examples or prose are not taken for declarations. */
@@ -61,6 +66,22 @@ async function rustNames() {
   };
 }
 
+/** The READMEs' page code: ```js blocks calling the page helper, importing only sw-outbox. */
+async function readmePageCode() {
+  const blocks = [];
+  for (const doc of ['README.md', 'package/README.md']) {
+    const text = await readFile(join(repoRoot, doc), 'utf8');
+    for (const m of text.matchAll(/^( *)```js\n([\s\S]*?)^\1```$/gm)) {
+      const code = m[2].split('\n').map((l) => l.slice(m[1].length)).join('\n');
+      const imports = [...code.matchAll(/from '([^']+)'/g)].map((i) => i[1]);
+      if (!/\boutbox\.\w+\(/.test(code) || /\brequire\(|importScripts\(|\bself\./.test(code)) continue;
+      if (!imports.every((i) => i === 'sw-outbox' || i.startsWith('sw-outbox/'))) continue;
+      blocks.push([`readme-${blocks.length + 1}.js`, doc, code]);
+    }
+  }
+  return blocks;
+}
+
 const union = (names) => [...new Set(names)].map((n) => JSON.stringify(n)).join(' | ');
 
 before(async () => {
@@ -94,6 +115,23 @@ export const stops: Equal<StopReason, ${union(rust.stops)}> = true;
 
   const tscBin = createRequire(join(repoRoot, 'package.json')).resolve('typescript/bin/tsc');
   tsc = await run(process.execPath, [tscBin, '--noEmit', '--strict', '-p', dir], { cwd: dir })
+    .then(({ stdout }) => ({ code: 0, output: stdout }), (err) => ({ code: err.code, output: `${err.stdout}${err.stderr}` }));
+
+  const readmeDir = join(dir, 'readme');
+  await mkdir(readmeDir);
+  readmeBlocks = await readmePageCode();
+  // Each block a module of its own (its own `outbox`, or the reader's).
+  for (const [file, , code] of readmeBlocks) await writeFile(join(readmeDir, file), `${code}\nexport {};\n`);
+  await copyFile(join(here, 'readme-globals.d.ts'), join(readmeDir, 'readme-globals.d.ts'));
+  await writeFile(join(readmeDir, 'tsconfig.json'), JSON.stringify({
+    compilerOptions: {
+      allowJs: true, checkJs: true, strict: true, noEmit: true, target: 'es2022', module: 'nodenext',
+      moduleResolution: 'nodenext', lib: ['es2022', 'dom', 'dom.iterable'], types: [], skipLibCheck: true,
+    },
+    include: ['*.js', '*.d.ts'],
+  }));
+  await writeFile(join(readmeDir, 'package.json'), JSON.stringify({ type: 'module' }));
+  readmeTsc = await run(process.execPath, [tscBin, '-p', readmeDir], { cwd: readmeDir })
     .then(({ stdout }) => ({ code: 0, output: stdout }), (err) => ({ code: err.code, output: `${err.stdout}${err.stderr}` }));
 });
 
@@ -129,4 +167,11 @@ test('the fixture uses every export of sw-outbox, sw-outbox/vite and sw-outbox/r
 test('the declarations name exactly the commands, messages, reasons and config fields of the Rust source', () => {
   const errors = tsc.output.split('\n').filter((l) => l.startsWith('drift.ts')).join('\n').trim();
   assert.equal(errors, '', `outbox-protocol.d.ts and the Rust source disagree:\n${errors}\nthe lists read from Rust (drift.ts):\n${drift}`);
+});
+
+test('the READMEs\' page code type-checks against the package (checkJs, strict)', () => {
+  assert.ok(readmeBlocks.length >= 5, `blocks found: ${readmeBlocks.map(([f, d]) => `${f} (${d})`)}`);
+  const where = readmeBlocks.map(([file, doc, code]) => `${file}: ${doc}, the block starting ${JSON.stringify(code.split('\n')[0])}`).join('\n');
+  assert.equal(readmeTsc.output.trim(), '', `${readmeTsc.output}\n${where}`);
+  assert.equal(readmeTsc.code, 0);
 });

@@ -1,17 +1,12 @@
-// A small app whose write route is made idempotent by @node-idempotency (npm, pinned), set
-// up as its READMEs say, for the conformance check to judge (conformance.test.mjs). Two
-// ways, one per run (`--with`):
+// An Express app whose write route is made idempotent by @node-idempotency/core 1.0.11
+// (npm, pinned) called directly, as its README's "usage" shows: `onRequest` before the
+// handler (a stored answer is sent back; an error is mapped to its HTTP status as the
+// package's own Nest interceptor maps it), `onResponse` with the handler's answer, on the
+// package's in-memory storage adapter. The conformance check judges it
+// (conformance.test.mjs), beside express-idempotency (server.mjs) and
+// @node-idempotency/nestjs (nest-server.mjs).
 //
-// - `nestjs`: a NestJS 10 app on Express with @node-idempotency/nestjs 1.0.4:
-//   `NodeIdempotencyModule.forRootAsync({ storage: { adapter: 'memory' } })` imported, and
-//   the handler decorated `@Idempotent()` (decorators applied with `Reflect.decorate`, as
-//   TypeScript compiles them: this file is plain JavaScript);
-// - `core`: an Express app calling @node-idempotency/core 1.0.11 directly, as its README's
-//   "usage" shows: `onRequest` before the handler (a stored answer is sent back, an error
-//   mapped to its HTTP status as the package's own Nest interceptor maps it), `onResponse`
-//   with the handler's answer.
-//
-//   node tests/interop/node-idempotency-server.mjs --with nestjs --port 0
+//   node tests/interop/core-server.mjs --port 0
 //
 // prints `listening on http://127.0.0.1:<port>`. Accounts alice/alice and bob/bob: cookie
 // sessions with a CSRF token, checked before the idempotency layer (as in server.mjs).
@@ -29,7 +24,7 @@ const express = require('express');
 const { values: args } = parseArgs({
   options: {
     port: { type: 'string', default: '0' },
-    with: { type: 'string', default: 'nestjs' },
+    www: { type: 'string' }, // accepted, unused: the harness passes it to every app
   },
 });
 
@@ -46,7 +41,6 @@ function sessionOf(req) {
 
 const ex = express();
 ex.use((req, res, next) => { res.setHeader('Connection', 'close'); next(); });
-// JSON bodies parsed here for every route (Nest then registers no parser of its own).
 ex.use(express.json());
 ex.get('/__control/applied', (req, res) => res.json({ applied }));
 ex.post('/__control/fault', (req, res) => {
@@ -90,41 +84,6 @@ async function createTask(req) {
   return task;
 }
 
-async function withNest() {
-  require('reflect-metadata');
-  const { Module, Controller, Post, Req, HttpCode } = require('@nestjs/common');
-  const { NestFactory } = require('@nestjs/core');
-  const { ExpressAdapter } = require('@nestjs/platform-express');
-  const { NodeIdempotencyModule, Idempotent } = require('@node-idempotency/nestjs');
-
-  class TasksController {
-    async create(req) {
-      const task = await createTask(req);
-      req.res.setHeader('Location', `/api/projects/${encodeURIComponent(task.projectId)}/tasks/${task.id}`);
-      return task;
-    }
-  }
-  // @Post(...) @HttpCode(201) @Idempotent() create(@Req() req)
-  Reflect.decorate(
-    [Post('api/projects/:pid/tasks'), HttpCode(201), Idempotent()],
-    TasksController.prototype,
-    'create',
-    Object.getOwnPropertyDescriptor(TasksController.prototype, 'create'),
-  );
-  Req()(TasksController.prototype, 'create', 0);
-  Reflect.decorate([Controller()], TasksController);
-
-  class AppModule {}
-  Reflect.decorate([Module({
-    imports: [NodeIdempotencyModule.forRootAsync({ storage: { adapter: 'memory' } })],
-    controllers: [TasksController],
-  })], AppModule);
-
-  const app = await NestFactory.create(AppModule, new ExpressAdapter(ex), { logger: false });
-  await app.listen(Number(args.port), '127.0.0.1');
-  return app.getHttpServer();
-}
-
 async function withCore() {
   const { Idempotency, IdempotencyError } = require('@node-idempotency/core');
   const { MemoryStorageAdapter } = require('@node-idempotency/storage-adapter-memory');
@@ -152,6 +111,6 @@ async function withCore() {
   return new Promise((done) => { const s = ex.listen(Number(args.port), '127.0.0.1', () => done(s)); });
 }
 
-const server = args.with === 'core' ? await withCore() : await withNest();
+const server = await withCore();
 console.log(`listening on http://127.0.0.1:${server.address().port}`);
 process.on('SIGTERM', () => { server.close(); process.exit(0); });

@@ -1,0 +1,101 @@
+//! First-send marks committed ahead (contract 4.7, r4): a record's first send is durable
+//! before its request leaves, but need not be written just before it. When a lane's
+//! record is handed out, the marks of the records that follow it in its lane are handed
+//! to the group commit at once, so they commit (with the lanes' other steps) while it is
+//! on the wire, and the next record leaves as soon as the answer before it came — no
+//! lane waits for a commit between two sends. A mark whose request never left (held at
+//! the sign-in barrier, marked ahead and not reached, a stop, the budget) is cleared
+//! when the flush ends, with its last steps; after a crash it stays, and the record is
+//! treated as possibly sent (the safe side).
+
+use crate::core::planner::Replay;
+use crate::core::record::{RecordId, RecordMeta};
+use crate::store::ReplayStep;
+use crate::worker::steps::StepAhead;
+use crate::worker::{now_ms, Inner};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// How many records after the one handed out a lane marks ahead. Two keep a lane fed
+/// when a commit takes longer than a round trip; the bodies they read wait in memory.
+const AHEAD: usize = 2;
+
+/// The flush's marks: those handed over ahead of their records, and for each record
+/// whose request has not left since its first mark in this flush, how many marks it got
+/// and the first-send time the first of them set, if it set one (a record held at the
+/// barrier is handed out, and marked, again).
+#[derive(Default)]
+pub(super) struct Marks {
+    ahead: HashMap<RecordId, StepAhead>,
+    unsent: HashMap<RecordId, (u32, Option<u64>)>,
+}
+
+impl Marks {
+    /// The mark of a record handed out now: the one made ahead, or one handed over now;
+    /// then the marks of the records that follow it in its lane, ahead.
+    pub fn for_send(
+        &mut self,
+        inner: &Rc<Inner>,
+        replay: &Replay,
+        metas: &HashMap<RecordId, RecordMeta>,
+        id: RecordId,
+    ) -> StepAhead {
+        let mark = match self.ahead.remove(&id) {
+            Some(mark) => mark,
+            None => self.mark(inner, metas, id),
+        };
+        for next in replay.next_in_lane(id, AHEAD) {
+            if !self.ahead.contains_key(&next) {
+                let ahead = self.mark(inner, metas, next);
+                self.ahead.insert(next, ahead);
+            }
+        }
+        mark
+    }
+
+    /// Hands a record's mark to the group commit (`attempts` + 1, its first send when it
+    /// never left: committed strictly).
+    fn mark(
+        &mut self,
+        inner: &Rc<Inner>,
+        metas: &HashMap<RecordId, RecordMeta>,
+        id: RecordId,
+    ) -> StepAhead {
+        let now = now_ms();
+        let first_send = metas.get(&id).is_some_and(|m| m.first_sent_at.is_none());
+        let (marks, first) = self.unsent.entry(id).or_insert((0, None));
+        *marks += 1;
+        if first_send && marks == &1 {
+            *first = Some(now);
+        }
+        inner.step_ahead(
+            ReplayStep::Begin {
+                id,
+                now_ms: now,
+                first_send,
+            },
+            None,
+        )
+    }
+
+    /// The record's request left (or may have): its mark stays.
+    pub fn sent(&mut self, id: RecordId) {
+        self.unsent.remove(&id);
+    }
+
+    /// The flush ends: every mark whose request never left is cleared, after the steps
+    /// handed over so far (its own mark among them).
+    pub fn clear_unsent(self, inner: &Rc<Inner>) {
+        drop(self.ahead);
+        for (id, (marks, first_send)) in self.unsent {
+            inner.hand_over_step(
+                ReplayStep::Unmark {
+                    id,
+                    marks,
+                    first_send,
+                },
+                None,
+            );
+        }
+    }
+}
