@@ -361,7 +361,12 @@ async fn round_trips(server: &pg::PgServer, layer: Layer) -> (u64, u64) {
         trips.clone(),
     )
     .await;
-    let db = url.rsplit('/').next().unwrap_or("").to_owned();
+    let db = url
+        .rsplit('/')
+        .next()
+        .and_then(|d| d.split('?').next())
+        .unwrap_or("")
+        .to_owned();
     let proxied = format!("postgres://postgres@{proxy}/{db}?sslmode=disable");
     let addr = serve(pg_app(&proxied, layer).await).await;
     for i in 0..20 {
