@@ -1,7 +1,7 @@
 //! The demo data routes: tasks per project (workspace-scoped writes, the outbox orders them
 //! per project) and notes (account-level writes, a barrier in the outbox's ordering).
 //!
-//! Handlers only see requests that the pipeline in [`crate::app`] let through: writes here
+//! Handlers only see requests that the pipeline (module `app`) let through: writes here
 //! are already signed in, CSRF-checked and claimed in the ledger when keyed.
 
 use crate::auth::CurrentSession;
