@@ -492,15 +492,30 @@ async fn in_progress_after_the_wait_and_alive_past_the_stale_bound(backend: Back
 }
 
 /// A client that goes away mid-route (hyper drops the request's future when its
-/// connection closes): the claim is committed, and the route runs to its end anyway, so
-/// its answer is stored and the client's retry gets it, instead of "outcome unknown".
+/// connection closes): the claim is committed and the route started, and it runs to its
+/// end anyway, so its answer is stored and the client's retry gets it, instead of
+/// "outcome unknown". (One that goes away before its route started has its claim removed
+/// instead: claim_race.rs.)
 async fn a_cancelled_request_runs_to_its_end_and_its_retry_gets_the_answer(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
     let (app, counts) = plain_app(&ledger, fast_settings());
-    let gone = tokio::time::timeout(Duration::from_millis(150), post_slow(&app, "cut", 1200)).await;
-    assert!(gone.is_err(), "the first attempt was cut off");
+    {
+        let first = post_slow(&app, "cut", 1200);
+        tokio::pin!(first);
+        // Cut off once the route has started (its 1.2 s sleep under way).
+        let started = async {
+            while counts.started() == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        tokio::select! {
+            _ = &mut first => panic!("the first attempt answered before it was cut off"),
+            _ = started => {}
+        }
+    }
     assert_eq!((counts.started(), counts.finished()), (1, 0));
     // Right after: the route still runs, so the key is in progress (the wait is 300 ms).
     assert_eq!(
