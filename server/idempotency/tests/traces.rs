@@ -15,6 +15,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
@@ -75,9 +76,16 @@ async fn authenticate(mut req: Request, next: Next) -> Response {
     }
 }
 
+/// Set by the "held" write when its route starts; it then waits until `RELEASED`.
+static STARTED: AtomicBool = AtomicBool::new(false);
+static RELEASED: AtomicBool = AtomicBool::new(false);
+
 async fn order(body: String) -> (StatusCode, String) {
-    if body == "slow" {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+    if body == "held" {
+        STARTED.store(true, Ordering::SeqCst);
+        while !RELEASED.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     (StatusCode::CREATED, format!("ordered {body}"))
 }
@@ -144,14 +152,17 @@ async fn the_layers_answers_are_traced_with_account_and_route() {
     assert_eq!(send(&app, "k1", "pear").await.0, 201);
     assert_eq!(send(&app, "k1", "pear").await.0, 201, "a replay");
     assert_eq!(send(&app, "k1", "plum").await.0, 422);
-    let slow = tokio::spawn({
+    let held = tokio::spawn({
         let app = app.clone();
-        async move { send(&app, "k2", "slow").await }
+        async move { send(&app, "k2", "held").await }
     });
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // The wait is 300 ms; the first copy takes 400.
-    assert_eq!(send(&app, "k2", "slow").await.0, 409);
-    assert_eq!(slow.await.expect("join").0, 201);
+    while !STARTED.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The first copy runs until released; the copy waits 300 ms for it, then 409.
+    assert_eq!(send(&app, "k2", "held").await.0, 409);
+    RELEASED.store(true, Ordering::SeqCst);
+    assert_eq!(held.await.expect("join").0, 201);
     assert_eq!(send(&app, "k3", "fig").await.0, 201);
     assert_eq!(send(&app, "k4", "kiwi").await.0, 503, "full");
     let traced: Vec<String> = log
