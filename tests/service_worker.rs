@@ -1628,3 +1628,97 @@ async fn a_read_the_page_aborted_does_not_mark_the_network_down() {
         "sent, and the server's answer passed through, not queued as offline: {body}"
     );
 }
+
+/// The windows' accounts and the kept `MUTATION_SETTLED` reports (contract 5, r4; issue
+/// 34, items 4 and 8a), in the `session` store of a real database: rows named, read back,
+/// forgotten; reports kept newest-first per account, the accounts kept longest ago dropped
+/// beyond the bound, taken once; `CLEAR_DEVICE` deletes both.
+#[wasm_bindgen_test]
+async fn windows_accounts_and_kept_reports_live_in_the_session_store() {
+    use sw_outbox::core::windows::{KEPT_SETTLED_ACCOUNTS, KEPT_SETTLED_PER_ACCOUNT};
+    use sw_outbox::store::Kept;
+    let store = open(&unique("windows")).await;
+    store
+        .name_window("tab-a", Some("alice"))
+        .await
+        .expect("named");
+    store
+        .name_window("tab-b", Some("bob"))
+        .await
+        .expect("named");
+    store.name_window("tab-b", None).await.expect("signed out");
+    let mut named = store.named_windows().await.expect("read");
+    named.sort_by(|a, b| a.client_id.cmp(&b.client_id));
+    let named: Vec<(String, Option<String>)> =
+        named.into_iter().map(|n| (n.client_id, n.user)).collect();
+    assert_eq!(
+        named,
+        vec![
+            ("tab-a".into(), Some("alice".into())),
+            ("tab-b".into(), None)
+        ]
+    );
+    store.forget_windows(&["tab-a"]).await.expect("forgotten");
+    assert_eq!(store.named_windows().await.expect("read").len(), 1);
+
+    // One account: the newest reports only.
+    let report = |n: usize| JsValue::from_f64(n as f64);
+    let many = (0..KEPT_SETTLED_PER_ACCOUNT + 5).map(report).collect();
+    store
+        .keep_settled(
+            1,
+            vec![Kept {
+                account: "alice".into(),
+                reports: many,
+            }],
+        )
+        .await
+        .expect("kept");
+    // More accounts than kept: the ones kept longest ago go (alice, kept at 1, first).
+    for i in 0..KEPT_SETTLED_ACCOUNTS {
+        store
+            .keep_settled(
+                10 + i as u64,
+                vec![Kept {
+                    account: format!("user{i}"),
+                    reports: vec![report(i)],
+                }],
+            )
+            .await
+            .expect("kept");
+    }
+    let accounts = store.kept_accounts().await.expect("read");
+    assert_eq!(accounts.len(), KEPT_SETTLED_ACCOUNTS);
+    assert!(!accounts.contains(&"alice".to_string()), "{accounts:?}");
+    // Alice again, then taken: the newest of hers, once.
+    let many = (0..KEPT_SETTLED_PER_ACCOUNT + 5).map(report).collect();
+    store
+        .keep_settled(
+            100,
+            vec![Kept {
+                account: "alice".into(),
+                reports: many,
+            }],
+        )
+        .await
+        .expect("kept");
+    let taken = store.take_settled(&["alice".into()]).await.expect("taken");
+    assert_eq!(taken.len(), 1);
+    let got: Vec<f64> = taken[0].reports.iter().filter_map(|v| v.as_f64()).collect();
+    assert_eq!(got.len(), KEPT_SETTLED_PER_ACCOUNT);
+    assert_eq!(got[0], 5.0, "the oldest five went");
+    assert!(store
+        .take_settled(&["alice".into()])
+        .await
+        .expect("again")
+        .is_empty());
+    assert_eq!(
+        store.kept_accounts().await.expect("read").len(),
+        KEPT_SETTLED_ACCOUNTS - 1,
+        "user0, kept longest ago, went when alice came back"
+    );
+
+    store.clear_device().await.expect("cleared");
+    assert!(store.named_windows().await.expect("read").is_empty());
+    assert!(store.kept_accounts().await.expect("read").is_empty());
+}

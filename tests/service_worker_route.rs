@@ -130,6 +130,14 @@ fn urls() -> Vec<String> {
         "/api/auth/login",
         "/api/AUTH/me",
         "/api/authors",
+        "/api/login",
+        "/api/refresh?x=1",
+        "/api/tokenizer",
+        "/login",
+        "/LOGIN",
+        "/login.html",
+        "/oauth/callback?code=1",
+        "/accounts/logout/",
         "/API/notes",
         "/apiary",
         "/api%2Fnotes",
@@ -230,6 +238,12 @@ async fn the_rule_tells_the_classes_apart() {
     assert_eq!(at("GET", "/other.js", false), "not-ours");
     assert_eq!(at("GET", "/api", true), "not-ours");
     assert_eq!(at("POST", "/form", true), "not-ours");
+    // r4: the default pattern's sign-ins, under the prefix and outside it (observed).
+    assert_eq!(at("POST", "/api/login", false), "auth");
+    assert_eq!(at("POST", "/api/refresh", false), "auth");
+    assert_eq!(at("POST", "/login", true), "observe");
+    assert_eq!(at("GET", "/oauth/callback?code=1", true), "observe");
+    assert_eq!(at("POST", "/api/tokenizer", false), "write");
     assert_eq!(
         out.route_for_tests("POST", "https://other.example/api/notes", false),
         "not-ours"

@@ -18,7 +18,10 @@
 export interface OutboxConfig {
   /** Same-origin paths starting with this are the outbox's business. Default `/api/`. */
   apiPrefix?: string;
-  /** JavaScript RegExp source, case-insensitive, on path + query. Default `^/api/auth(/|\?|$)`. */
+  /** JavaScript RegExp source, case-insensitive, on path + query. Default (r4): the usual
+   * sign-in, sign-out and token routes (`auth`, `login`, `logout`, `signin`, `signout`,
+   * `sign-in`, `sign-out`, `session(s)`, `token(s)`, `refresh`, `oauth`) as the first path
+   * segment, or the second after `/api/` or `/accounts/`. Outside `apiPrefix` only observed. */
   authRoutePattern?: string;
   /** Identity endpoint asked before every replay. Default `/api/auth/me`. */
   authMePath?: string;

@@ -86,7 +86,7 @@ const WASM_URL = RUNTIME[2];
 /** The defaults of the configuration fields the rule reads (`Config::default`'s). */
 const ROUTE_DEFAULTS = {
   apiPrefix: '/api/',
-  authRoutePattern: '^/api/auth(/|\\?|$)',
+  authRoutePattern: '^/(?:(?:api|accounts)/)?(?:auth|login|logout|signin|signout|sign-in|sign-out|sessions?|tokens?|refresh|oauth)(?:/|\\?|$)',
   expectedAccountHeader: 'X-PM-Expected-Account',
 };
 
@@ -108,8 +108,9 @@ function isPage(url) {
 
 /**
  * The rule: `(method, url, navigate)` → `'write' | 'read' | 'auth'` (under `apiPrefix`),
- * `{shell: <cached URL>}` (the app shell's), or null (not the outbox's). `config.precache`
- * and `config.shellUrl` are absolute URLs here, as the module gets them.
+ * `'observe'` (an auth route outside it: no respondWith, but the sign-in barrier is
+ * raised, r4), `{shell: <cached URL>}` (the app shell's), or null (not the outbox's).
+ * `config.precache` and `config.shellUrl` are absolute URLs here, as the module gets them.
  */
 function swOutboxRoute(config, origin) {
   const prefix = config.apiPrefix ?? ROUTE_DEFAULTS.apiPrefix;
@@ -127,6 +128,7 @@ function swOutboxRoute(config, origin) {
       if (auth.test(path)) return 'auth';
       return /^(post|put|patch|delete)$/i.test(method) ? 'write' : 'read';
     }
+    if (auth.test(path)) return 'observe';
     if (!/^get$/i.test(method) || underApi(path)) return null;
     if (navigate) return shell === null ? null : { shell };
     const bare = url.split('#')[0];
@@ -268,10 +270,16 @@ function startWhenIdle() {
 
 /** Whether this worker is the registration's active one. An installing or waiting
  * worker (during an update) only installs: it neither flushes nor takes the queue's
- * Web Lock from the active worker, which is the one pages talk to. */
+ * Web Lock from the active worker, which is the one pages talk to. Where the engine does
+ * not give a worker its own state (Firefox), a worker that saw its `install` and not yet
+ * its `activate` is installing or waiting; one that saw neither was started again as the
+ * active one (r4: only the active version flushes). */
+let installSeen = false;
+let activateSeen = false;
 function isActive() {
-  const me = self.serviceWorker; // undefined in browsers without it: assume active
-  return !me || me.state === 'activating' || me.state === 'activated';
+  const me = self.serviceWorker;
+  if (me) return me.state === 'activating' || me.state === 'activated';
+  return !installSeen || activateSeen;
 }
 
 /** The once-per-start flush (a non-empty queue left by an earlier run is sent). It
@@ -280,7 +288,7 @@ function startFlush(o) {
   if (!startup) {
     startup = Promise.all([
       o.handle_start().catch((e) => console.error('sw-outbox: start flush', e)),
-      restoreShell(),
+      restoreShell(o.config().attemptTimeoutMs),
     ]);
   }
   return startup;
@@ -295,23 +303,49 @@ function startFlush(o) {
  * `no-store`, not `reload`: Firefox's offline mode answers a `reload` from its cache. */
 const fresh = (url) => new Request(url, { cache: 'no-store' });
 
-/** Adds back precached files missing from this build's cache. Never to a cache that is
- * gone: its successor's activation deleted it (opening would create it again, and it
- * would outlive this build), under the lock that activation holds, so the check and the
- * adds cannot interleave with that deletion. */
-async function restoreShell() {
-  const restore = async () => {
-    if (!(await caches.has(CACHE))) return;
-    const cache = await caches.open(CACHE);
-    for (const url of CONFIG.precache) {
-      if (!(await cache.match(url))) await cache.add(fresh(url)).catch(() => {});
-    }
-  };
+/** Adds back precached files missing from this build's cache, fetched outside the
+ * origin's caches lock, each within the outbox's `attemptTimeoutMs` (`limitMs`): that
+ * lock is every registration's activation cleanup, so it is never held across a fetch
+ * (issue 34, 8e). Under it, the copies go only into a cache that still exists: its
+ * successor's activation may have deleted it (opening would create it again, and it
+ * would outlive this build), so the check and the puts cannot interleave with that
+ * deletion. Missing entries are found without opening the cache. */
+async function restoreShell(limitMs) {
   try {
+    const missing = [];
+    for (const url of CONFIG.precache) {
+      if (!(await caches.match(url, { cacheName: CACHE }))) missing.push(url);
+    }
+    if (!missing.length) return;
+    const copies = (await Promise.all(missing.map((url) => freshCopy(url, limitMs)))).filter(Boolean);
+    if (!copies.length) return;
+    const add = async () => {
+      if (!(await caches.has(CACHE))) return;
+      const cache = await caches.open(CACHE);
+      for (const [url, copy] of copies) {
+        if (!(await cache.match(url))) await cache.put(url, copy).catch(() => {});
+      }
+    };
     const locks = self.navigator && self.navigator.locks;
-    await (locks ? locks.request(CACHES_LOCK, restore) : restore());
+    await (locks ? locks.request(CACHES_LOCK, add) : add());
   } catch (e) {
     console.warn('sw-outbox: app shell not restored', e);
+  }
+}
+
+/** `[url, response]` of a file to precache, read whole within `limitMs`, or null. */
+async function freshCopy(url, limitMs) {
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), limitMs);
+  try {
+    const answer = await fetch(fresh(url), { signal: abort.signal });
+    if (!answer.ok) return null;
+    const body = await answer.arrayBuffer();
+    return [url, new Response(body, { status: answer.status, statusText: answer.statusText, headers: answer.headers })];
+  } catch (e) {
+    return null;
+  } finally {
+    clearTimeout(timer);
   }
 }
 
@@ -352,6 +386,7 @@ function keepAlive(event) {
 }
 
 self.addEventListener('install', (event) => {
+  installSeen = true;
   mark('install');
   event.waitUntil((async () => {
     const cache = await caches.open(CACHE);
@@ -409,6 +444,7 @@ async function dropOlderCaches() {
 }
 
 self.addEventListener('activate', (event) => {
+  activateSeen = true;
   mark('activate');
   event.waitUntil((async () => {
     const locks = self.navigator && self.navigator.locks;
@@ -443,6 +479,11 @@ self.addEventListener('fetch', (event) => {
   if (owner === null) {
     // Not the outbox's: no respondWith, decided before (and without) the module.
     startWhenIdle();
+  } else if (owner === 'observe') {
+    // A sign-in outside apiPrefix (r4): left to the network and the site's listeners (no
+    // respondWith); the module raises the sign-in barrier for it.
+    event.waitUntil(loaded ? loaded.observe_sign_in(event)
+      : outbox().then((o) => o.observe_sign_in(event)).catch(() => {}));
   } else if (typeof owner === 'object') {
     answer = shellAnswer(fetch(request), CACHE, owner.shell);
     startWhenIdle();
@@ -529,6 +570,8 @@ self.addEventListener('notificationclick', (event) => {
 });
 
 self.addEventListener('online', () => {
+  // Only the active version flushes (r4): an installing or waiting one starts nothing.
+  if (!isActive()) return;
   outbox().then((o) => o.handle_online()).catch(() => {});
 });
 

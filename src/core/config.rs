@@ -82,7 +82,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             api_prefix: "/api/".into(),
-            auth_route_pattern: r"^/api/auth(/|\?|$)".into(),
+            auth_route_pattern: DEFAULT_AUTH_ROUTE_PATTERN.into(),
             auth_me_path: "/api/auth/me".into(),
             expected_account_header: "X-PM-Expected-Account".into(),
             csrf_header: "X-CSRF-Token".into(),
@@ -112,6 +112,17 @@ impl Default for Config {
         }
     }
 }
+
+/// The default `authRoutePattern` (contract 1, r4): the usual names of sign-in, sign-out
+/// and token routes — `auth`, `login`, `logout`, `signin`, `signout`, `sign-in`,
+/// `sign-out`, `session(s)`, `token(s)`, `refresh`, `oauth` — as a path's first segment,
+/// or as its second after `/api/` or `/accounts/`, the segment ending at `/`, `?` or the
+/// end. A sign-in is never queued wherever it lives: under `apiPrefix` it is an auth
+/// route, elsewhere it is observed (`core::route::Owner::ObservedAuth`). Whole segments
+/// only, so `/api/tokenizer` and `/api/authors` are not auth routes; deeper segments
+/// neither (`/api/projects/1/sessions` is an app's own resource). The same text is a
+/// JavaScript and a Rust regular expression, compiled case-insensitively.
+pub const DEFAULT_AUTH_ROUTE_PATTERN: &str = r"^/(?:(?:api|accounts)/)?(?:auth|login|logout|signin|signout|sign-in|sign-out|sessions?|tokens?|refresh|oauth)(?:/|\?|$)";
 
 /// The default database of the origin's first registration (contract 3).
 pub const DEFAULT_DB_NAME: &str = "sw-outbox";

@@ -20,3 +20,4 @@ pub mod recovery;
 pub mod route;
 pub mod shell;
 pub mod text;
+pub mod windows;

@@ -68,21 +68,36 @@ pub enum Owner<'c> {
     /// The app shell's (section 9): network first, this cached URL when the network
     /// fails or answers a server error.
     Shell(&'c str),
+    /// An auth route outside `apiPrefix` (r4: a `/login` form post, an OAuth callback):
+    /// only observed. It raises the sign-in barrier and is otherwise left to the network
+    /// and the site's own listeners (no `respondWith`), before the shell's rule: a
+    /// sign-in page is never answered from the cache.
+    ObservedAuth,
 }
 
-/// Whether the outbox answers this request, and how (contract 1, r3; section 9). Under
-/// `apiPrefix` it is [`classify`]'s kind; elsewhere the shell's ([`shell::fallback_for`]);
-/// anything else is not the outbox's.
+/// Whether the outbox answers this request, and how (contract 1, r3, r4; section 9).
+/// Under `apiPrefix` it is [`classify`]'s kind; elsewhere a same-origin path matching
+/// `authRoutePattern` is observed, else the shell's ([`shell::fallback_for`]); anything
+/// else is not the outbox's.
 pub fn owner<'c>(req: &ShellRequest<'_>, config: &'c Config, patterns: &dyn Patterns) -> Owner<'c> {
     match classify(req.method, req.same_origin, req.path, config, patterns) {
         RequestKind::Write { .. } => Owner::Write,
         RequestKind::ApiRead => Owner::Read,
         RequestKind::AuthRoute => Owner::AuthRoute,
+        RequestKind::Passthrough if req.same_origin && patterns.is_auth_route(req.path) => {
+            Owner::ObservedAuth
+        }
         RequestKind::Passthrough => match shell::fallback_for(req, config) {
             Some(url) => Owner::Shell(url),
             None => Owner::NotOurs,
         },
     }
+}
+
+/// Whether a request raises the sign-in barrier (contract 4.5, r3, r4): an auth route
+/// under `apiPrefix` (sent by the worker) or one outside it (observed only).
+pub fn raises_barrier(owner: &Owner<'_>) -> bool {
+    matches!(owner, Owner::AuthRoute | Owner::ObservedAuth)
 }
 
 /// Decides the kind of a request from its method, whether it is same-origin, and its
@@ -272,6 +287,95 @@ mod tests {
         assert_eq!(kind("GET", "/api/auth/me"), RequestKind::AuthRoute);
         assert_ne!(kind("POST", "/api/authors"), RequestKind::AuthRoute);
         assert_ne!(kind("POST", "/api/authentic/x"), RequestKind::AuthRoute);
+    }
+
+    /// The default `authRoutePattern` (r4) against the contract's list: each name as a
+    /// path's first segment, or its second after `/api/` or `/accounts/`; whole segments
+    /// only. Each non-match is a choice written down in docs/PROTOCOL.md.
+    #[test]
+    fn the_default_auth_pattern_covers_the_usual_sign_in_and_token_routes() {
+        let p = RegexPatterns::defaults();
+        let names = [
+            "auth", "login", "logout", "signin", "signout", "sign-in", "sign-out", "session",
+            "sessions", "token", "tokens", "refresh", "oauth",
+        ];
+        for name in names {
+            for base in ["", "/api", "/accounts"] {
+                for tail in ["", "/", "/x/y", "?next=/", "/callback?code=1"] {
+                    let path = format!("{base}/{name}{tail}");
+                    assert!(p.is_auth_route(&path), "{path} is an auth route");
+                    let upper = path.to_ascii_uppercase();
+                    assert!(p.is_auth_route(&upper), "{upper}: case-insensitive");
+                }
+            }
+        }
+        for path in [
+            "/api/tokenizer",
+            "/api/authors",
+            "/api/logins",
+            "/api/refreshments",
+            "/api/oauth2/callback",
+            "/api/projects/1/sessions",
+            "/api/projects/1/tokens",
+            "/api/accounts/login",
+            "/api/v1/login",
+            "/v1/api/login",
+            "/accountslogin",
+            "/apilogin",
+            "/blog/login-tips",
+            "/login.html",
+            "/api/sign_in",
+            "/api/notes?next=/login",
+            "/",
+            "/api/",
+        ] {
+            assert!(!p.is_auth_route(path), "{path} is not an auth route");
+        }
+        // The contract's bearer app: sign-in and refresh under the API are auth routes,
+        // never writes (never queued).
+        assert_eq!(kind("POST", "/api/login"), RequestKind::AuthRoute);
+        assert_eq!(kind("POST", "/api/refresh"), RequestKind::AuthRoute);
+        assert_eq!(kind("POST", "/api/auth/me"), RequestKind::AuthRoute);
+        assert!(matches!(
+            kind("POST", "/api/projects/1/sessions"),
+            RequestKind::Write { .. }
+        ));
+    }
+
+    #[test]
+    fn auth_routes_outside_the_prefix_are_observed_never_answered() {
+        let c = Config {
+            precache: vec![
+                "https://a.example/".into(),
+                "https://a.example/login".into(),
+            ],
+            ..Config::default()
+        };
+        let p = RegexPatterns::new(&c);
+        let at = |method, navigate, path| {
+            let url = format!("https://a.example{path}");
+            owner(&request(method, navigate, path, &url), &c, &p)
+        };
+        for (method, navigate, path) in [
+            ("POST", true, "/login"),
+            ("GET", true, "/login"),
+            ("GET", true, "/oauth/callback?code=1"),
+            ("POST", false, "/accounts/logout/"),
+            ("GET", false, "/auth"),
+        ] {
+            let o = at(method, navigate, path);
+            assert_eq!(o, Owner::ObservedAuth, "{method} {path}");
+            assert!(raises_barrier(&o));
+        }
+        assert!(raises_barrier(&at("POST", false, "/api/login")));
+        assert!(!raises_barrier(&at("POST", false, "/api/notes")));
+        assert!(!raises_barrier(&at("GET", true, "/projects/1")));
+        // Another origin's sign-in is nobody's business here.
+        let other = ShellRequest {
+            same_origin: false,
+            ..request("POST", true, "/login", "https://b.example/login")
+        };
+        assert_eq!(owner(&other, &c, &p), Owner::NotOurs);
     }
 
     #[test]

@@ -12,6 +12,12 @@ use super::config::Config;
 /// with this prefix that are not the current build's. `www/sw.js` uses the same prefix.
 pub const CACHE_PREFIX: &str = "sw-outbox-";
 
+/// The Web Lock under which the caches of this origin's builds are checked, created,
+/// added to and deleted (`www/sw.js`'s `CACHES_LOCK`, the same name): a worker being
+/// replaced must not bring back, by opening it, the cache its successor's activation
+/// just deleted. It is held only while caches are touched, never across a fetch.
+pub const CACHES_LOCK: &str = "sw-outbox:caches";
+
 /// The versioned cache of one build: `sw-outbox-<build>`.
 pub fn cache_name(build: &str) -> String {
     format!("{CACHE_PREFIX}{build}")

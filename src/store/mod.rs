@@ -12,6 +12,9 @@
 
 pub mod idb;
 mod upgrade;
+mod windows;
+
+pub use windows::Kept;
 
 use crate::channel::mpsc;
 use crate::core::credential::Authorization;

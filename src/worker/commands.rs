@@ -36,8 +36,8 @@ pub async fn handle(inner: &Rc<Inner>, event: &ExtendableMessageEvent) {
     };
     // An AUTH_SESSION stops replays from its arrival until it is persisted and the
     // account is named again (r3, 4.5 end).
-    let changing =
-        matches!(env.command, Command::AuthSession { .. }).then(|| inner.session_changing());
+    let changing = matches!(env.command, Command::AuthSession { .. })
+        .then(|| inner.session_changing(inner.config.attempt_timeout_ms));
     let (answer, then_flush) = run(inner, &env, event).await;
     drop(changing);
     reply.send(&answer);
@@ -86,10 +86,6 @@ async fn run(
             user,
             authorization,
         } => {
-            // This window's account, for the reports of one account (`MUTATION_SETTLED`).
-            if let Some(id) = clients::source_id(event) {
-                inner.accounts.said(id, user.clone());
-            }
             let seq = inner.session_arrived(user.clone());
             let _turn = inner.session_writes.acquire().await;
             // The credential is the session's (r3): persisted with it only where the site
@@ -109,6 +105,19 @@ async fn run(
                         auth,
                         Some(before),
                     );
+                    // This window's account, kept for the reports of one account
+                    // (contract 5, r4), and what was kept for it meanwhile (8a).
+                    if let Some(id) = clients::source_id(event) {
+                        if let Err(e) = inner.store.name_window(&id, user.as_deref()).await {
+                            web_sys::console::warn_1(
+                                &format!("sw-outbox: the window's account not kept: {e}").into(),
+                            );
+                        }
+                        if user.is_some() {
+                            let on = clients::on_accounts(inner, clients::windows().await).await;
+                            clients::deliver_kept(inner, &on).await;
+                        }
+                    }
                     let then = after_sign_in(inner, user, authorization.as_ref()).await;
                     (Outgoing::ok(env, None), then)
                 }
@@ -133,8 +142,12 @@ async fn run(
         Command::ListQueue => {
             inner.session_settled().await;
             inner.fresh().await;
-            // Another account's records are listed without their details (contract 5).
-            let viewer = inner.session_user();
+            // Another account's records are listed without their details (contract 5):
+            // the asking window's account decides (r4), not the last session's.
+            let viewer = clients::account_of_sender(inner, event)
+                .await
+                .viewer()
+                .map(str::to_owned);
             // Values under foreign keys are given ids first, so the list shows every
             // stored value a page can be asked to discard (issue: counted but invisible).
             match flush::read_all(inner).await {
@@ -156,7 +169,8 @@ async fn run(
                         Outgoing::QueueState {
                             records,
                             delivery,
-                            account: viewer,
+                            // The session's account as persisted (not the window's).
+                            account: inner.session_user(),
                             request_id: env.request_id.clone(),
                         },
                         None,
@@ -173,8 +187,7 @@ async fn run(
             let cleared = inner
                 .in_chain(Box::pin(async move {
                     let (n, before) = me.store.clear_device().await?;
-                    // The device's accounts are gone with it.
-                    me.accounts.forget_all();
+                    // The device's accounts (its windows' too) are gone with it.
                     // Writes still on their first attempt are fenced by the clear count.
                     me.committed(before, true, |v| v.cleared());
                     Ok::<u64, crate::store::idb::IdbError>(n)
@@ -332,7 +345,7 @@ async fn verify(
         (_, Some(Identity::SignedOut)) if bearer.needs_on_401().is_some() => {
             if let Some(user) = bearer.needs_on_401() {
                 inner.credential_refused(authorization.as_ref());
-                clients::ask_for_credential(user).await;
+                clients::ask_for_credential(inner, user).await;
             }
             Err(format!(
                 "the server did not accept the session's credential for {owner}: AUTH_NEEDED was sent"

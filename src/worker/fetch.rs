@@ -450,7 +450,7 @@ async fn answer(
         method,
         path,
         workspace,
-        owner_id: owner,
+        owner_id: owner.clone(),
         background,
     };
     if let (Some(retry), Some(e)) = (inner.retry_soon(), event) {
@@ -458,8 +458,10 @@ async fn answer(
         // alive for the first retry.
         let _ = e.wait_until(&retry);
     }
+    // To the windows of its account only (contract 5, r4).
+    let me = inner.clone();
     after_answer(event, async move {
-        clients::broadcast(&report).await;
+        clients::to_owner(&me, owner.as_deref(), &report).await;
     })
     .await;
     json_response(&SyntheticAnswer::queued(id, key, background))

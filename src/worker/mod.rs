@@ -14,6 +14,7 @@ mod fetch;
 mod flush;
 mod http;
 mod lanes;
+mod locks;
 mod message;
 mod notify;
 mod offline;
@@ -47,6 +48,17 @@ pub(crate) use crate::store::idb::describe;
 /// A same-origin path as an absolute URL of this worker's origin.
 pub(crate) fn absolute(path: &str) -> String {
     format!("{}{}", scope().location().origin(), path)
+}
+
+/// This worker's `ServiceWorker.state`, where the engine gives a worker its own
+/// `self.serviceWorker` (Chromium; not Firefox).
+fn own_state() -> Option<String> {
+    let me = js_sys::Reflect::get(&js_sys::global(), &"serviceWorker".into())
+        .ok()
+        .filter(|w| w.is_object())?;
+    js_sys::Reflect::get(&me, &"state".into())
+        .ok()
+        .and_then(|s| s.as_string())
 }
 
 /// Milliseconds since the epoch, from the worker's clock.
@@ -95,8 +107,6 @@ pub(crate) struct Inner {
     offline: offline::Offline,
     /// The sign-in barrier (`barrier`): no replay while a session may be changing.
     barrier: barrier::Barrier,
-    /// The account each window said it is on (`MUTATION_SETTLED` goes to those only).
-    accounts: clients::WindowAccounts,
     /// Sync events being handled now: a sync is never registered while one fires (it
     /// would fire again as soon as that one ends).
     syncs_firing: std::cell::Cell<u32>,
@@ -104,6 +114,8 @@ pub(crate) struct Inner {
     /// for the event's end (`sync_for_queued`, `handle_sync`).
     sync_owed: std::cell::Cell<bool>,
     background_sync: bool,
+    /// A newer version of the registration activated (`watch_successor`).
+    replaced: std::cell::Cell<bool>,
 }
 
 /// The outbox running in this worker.
@@ -173,12 +185,13 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         retry: retry::RetryTimer::new(retry_flush),
         offline: offline::Offline::default(),
         barrier: barrier::Barrier::default(),
-        accounts: clients::WindowAccounts::default(),
         syncs_firing: std::cell::Cell::new(0),
         sync_owed: std::cell::Cell::new(false),
         background_sync: retry::has_background_sync(),
+        replaced: std::cell::Cell::new(false),
     });
     inner.reload().await;
+    barrier::listen(&inner);
     watch_updates(&inner);
     Ok(Outbox { inner })
 }
@@ -191,12 +204,17 @@ fn retry_flush(inner: Rc<Inner>) -> std::pin::Pin<Box<dyn std::future::Future<Ou
 }
 
 /// Lets go of the events kept open for retries when a new version of the worker appears
-/// (`worker::retry`): they would hold its activation back.
+/// (`worker::retry`): they would hold its activation back. Once that version activates,
+/// this one is replaced and flushes no more (4.5, r4), whatever its timers say — known
+/// here where the engine does not give a worker its own state (Firefox).
 fn watch_updates(inner: &Rc<Inner>) {
     let weak = Rc::downgrade(inner);
     let on_update = wasm_bindgen::closure::Closure::<dyn FnMut()>::new(move || {
         if let Some(inner) = weak.upgrade() {
             inner.release_kept_alive();
+            if let Some(next) = scope().registration().installing() {
+                watch_successor(&inner, next);
+            }
         }
     });
     let _ = scope()
@@ -204,6 +222,38 @@ fn watch_updates(inner: &Rc<Inner>) {
         .add_event_listener_with_callback("updatefound", on_update.as_ref().unchecked_ref());
     // Lives as long as the worker's global: one listener per start.
     on_update.forget();
+}
+
+/// Marks this worker replaced once `next` (a newer version) activates.
+fn watch_successor(inner: &Rc<Inner>, next: web_sys::ServiceWorker) {
+    let weak = Rc::downgrade(inner);
+    let watched = next.clone();
+    let on_state = wasm_bindgen::closure::Closure::<dyn FnMut()>::new(move || {
+        let state = js_sys::Reflect::get(&watched, &"state".into())
+            .ok()
+            .and_then(|s| s.as_string());
+        if let (Some(inner), Some(state)) = (weak.upgrade(), state) {
+            if crate::core::barrier::flushes_in_state(Some(&state)) {
+                inner.replaced.set(true);
+            }
+        }
+    });
+    next.set_onstatechange(Some(on_state.as_ref().unchecked_ref()));
+    on_state.forget();
+}
+
+impl Inner {
+    /// Whether this worker is its registration's active version (4.5, r4): its own
+    /// `ServiceWorker.state` where the engine gives it (`activating`, `activated`), else
+    /// not replaced by a newer version that activated. (An installing or waiting version
+    /// in Firefox is kept from flushing by `sw.js`, which saw its `install` and no
+    /// `activate`.)
+    pub(crate) fn is_active_version(&self) -> bool {
+        match own_state() {
+            Some(state) => crate::core::barrier::flushes_in_state(Some(&state)),
+            None => !self.replaced.get(),
+        }
+    }
 }
 
 #[wasm_bindgen]
@@ -220,12 +270,40 @@ impl Outbox {
         let inner = self.inner.clone();
         // An auth-route request (a sign-in, a sign-out, a token refresh; any method or
         // mode) stops replays from this moment, synchronously, before anything awaits,
-        // until it is answered and the account is named again (r3, 4.5 end).
-        let changing = fetch::is_auth_route(&inner, &request).then(|| inner.session_changing());
+        // until it is answered and the account is named again (r3, 4.5 end) — in every
+        // outbox worker of the origin (r4): it is sent once they let go of their replays.
+        let changing = fetch::is_auth_route(&inner, &request).then(|| {
+            let hold = inner.config.attempt_timeout_ms + crate::core::barrier::FENCE_WAIT_MS;
+            inner.session_changing(hold)
+        });
         future_to_promise(async move {
+            if let Some(c) = &changing {
+                c.fenced().await;
+            }
             let answer = fetch::handle(&inner, request, event.as_ref()).await;
             drop(changing);
             answer.map(Into::into)
+        })
+    }
+
+    /// An auth route outside `apiPrefix` (r4: a `/login` form post, an OAuth callback),
+    /// which the outbox only observes: `sw.js` gives it no `respondWith`. It raises the
+    /// sign-in barrier here and in every outbox worker of the origin; it settles once the
+    /// page it navigates to exists (its answer, and any cookie with it, has arrived), or
+    /// after `attemptTimeoutMs` when that cannot be known (not a navigation, or an engine
+    /// whose `clients.get` does not wait for the page). The promise is for `waitUntil`.
+    pub fn observe_sign_in(&self, event: web_sys::FetchEvent) -> js_sys::Promise {
+        let inner = self.inner.clone();
+        let hold = inner.config.attempt_timeout_ms;
+        let changing = inner.session_changing(hold);
+        let resulting = js_sys::Reflect::get(&event, &"resultingClientId".into())
+            .ok()
+            .and_then(|v| v.as_string())
+            .filter(|id| !id.is_empty());
+        future_to_promise(async move {
+            clients::page_arrived_within(resulting.as_deref(), hold).await;
+            drop(changing);
+            Ok(JsValue::UNDEFINED)
         })
     }
 
@@ -340,7 +418,7 @@ impl Outbox {
     /// of the route rule that `www/sw.js` mirrors (`swOutboxRoute`) to decide before the
     /// module has loaded; tests/service_worker_route.rs runs the two side by side (a
     /// navigation `Request` cannot be constructed in a worker, hence plain values).
-    /// `not-ours`, `write`, `read`, `auth`, or `shell <cached URL>`.
+    /// `not-ours`, `write`, `read`, `auth`, `observe`, or `shell <cached URL>`.
     #[doc(hidden)]
     pub fn route_for_tests(&self, method: &str, url: &str, navigate: bool) -> String {
         let Some((same_origin, path)) = fetch::locate_url(url) else {
@@ -358,6 +436,7 @@ impl Outbox {
             Owner::Write => "write".into(),
             Owner::Read => "read".into(),
             Owner::AuthRoute => "auth".into(),
+            Owner::ObservedAuth => "observe".into(),
             Owner::Shell(cached) => format!("shell {cached}"),
         }
     }
@@ -401,6 +480,8 @@ struct ConfigView<'a> {
     sync_tag: &'a str,
     precache: &'a [String],
     build: &'a str,
+    /// The time limit of `restoreShell`'s fetches.
+    attempt_timeout_ms: u32,
 }
 
 impl<'a> ConfigView<'a> {
@@ -410,6 +491,7 @@ impl<'a> ConfigView<'a> {
             sync_tag: &c.sync_tag,
             precache: &c.precache,
             build: &c.build,
+            attempt_timeout_ms: c.attempt_timeout_ms,
         }
     }
 }

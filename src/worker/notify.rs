@@ -25,10 +25,12 @@ fn permission_granted() -> bool {
         .is_some_and(|p| p == "granted")
 }
 
-/// Called at the end of every flush with what it did.
+/// Called at the end of every flush with what it did; `open`: whether its summary
+/// reached a window.
 pub async fn after_flush(
     inner: &Inner,
     trigger: Trigger,
+    open: bool,
     user: Option<&str>,
     sent: &Sent,
     attention: usize,
@@ -46,7 +48,6 @@ pub async fn after_flush(
         .notifications_enabled(user)
         .await
         .unwrap_or(false);
-    let open = !windows().await.is_empty();
     if !should_notify(trigger, open, opted_in, permission_granted()) {
         return;
     }

@@ -204,6 +204,12 @@ impl Inner {
 
     /// What the identity check of a flush (or a command) carries, or why it cannot be
     /// made: the credential of a bearer session, or that it is missing (r3).
+    /// Whether the last `AUTH_SESSION` carried a credential (a bearer session: each
+    /// window may be on an account of its own, contract 5).
+    pub(crate) fn bearer_session(&self) -> bool {
+        self.view.session_auth.borrow().bearer
+    }
+
     pub(crate) fn bearer(&self) -> Bearer {
         let session = self.view.session.borrow();
         bearer(

@@ -11,6 +11,7 @@ use crate::core::credential::{Bearer, Credential};
 use crate::core::delivery::{identity_unavailable, StopReason};
 use crate::core::identity::Identity;
 use crate::core::record::RecordId;
+use crate::worker::barrier::Held as Fence;
 use crate::worker::http::{identity, IdentityAnswer};
 use crate::worker::{absolute, now_ms, Inner};
 use std::collections::HashSet;
@@ -77,6 +78,20 @@ pub(super) async fn check(inner: &Rc<Inner>, deadline: u64) -> Check {
             Bearer::Held(c) => Some(c),
             Bearer::Cookie => None,
         };
+        // The origin's fence (r4): this worker's shared hold, which another worker's
+        // sign-in waits for; a change raised while it is awaited sends it back to wait.
+        match inner.hold_for_replays(deadline).await {
+            Fence::Yes => {}
+            Fence::Raised => continue,
+            Fence::TimedOut => {
+                return Check::Stopped(Stop {
+                    stop: StopReason::Budget,
+                    end: FlushEnd::Clean,
+                    why: "a sign-in elsewhere in the origin was still under way when the flush's time ran out".into(),
+                    ask: None,
+                })
+            }
+        }
         // The sign-in barrier: the check counts only if no sign-in is seen before its
         // answer (`replay_allowed` below).
         let Some(checked) = inner.identity_check_begins() else {

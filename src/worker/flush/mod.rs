@@ -60,6 +60,15 @@ pub(super) struct Waiter {
 /// asked: a page's `FLUSH_QUEUE` that meets a `sync` flush under way still counts the
 /// records that flush delivered for it.
 pub async fn request(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
+    // Only the active version of a registration flushes (4.5, r4): an installing or
+    // waiting version's triggers, and the timers of a version being replaced, start
+    // nothing.
+    if !inner.is_active_version() {
+        return not_run(
+            "this worker is not its registration's active version",
+            false,
+        );
+    }
     let waiting = {
         let mut st = inner.flush.borrow_mut();
         if st.running {
@@ -128,7 +137,12 @@ fn carried(
 async fn run_in_chain(inner: &Rc<Inner>, trigger: Trigger) -> FlushOutcome {
     let me = inner.clone();
     inner
-        .in_chain(Box::pin(async move { flush(&me, trigger).await }))
+        .in_chain(Box::pin(async move {
+            let out = flush(&me, trigger).await;
+            // Its identity holds no longer: the origin's fence is let go of (r4).
+            me.replays_done();
+            out
+        }))
         .await
 }
 

@@ -23,32 +23,33 @@ pub(super) async fn report(
     run: &mut Run,
     settled: &Settled,
 ) {
-    // Each replayed write's answer, to its account's windows only (r3, contract 5).
-    clients::to_accounts(
-        &inner.accounts,
-        inner.session_user().as_deref(),
-        &run.settled,
-    )
-    .await;
+    // Each replayed write's answer, to its account's windows only (r3, contract 5); kept
+    // for an account with no window open (r4).
+    clients::settled(inner, std::mem::take(&mut run.settled)).await;
     // Asked once the stop is stored: the `AUTH_SESSION` that answers finds what it resumes.
     if let Some(c) = &run.refused {
         inner.credential_refused(Some(&c.authorization));
         run.ask_for = run.ask_for.take().or(Some(c.user.clone()));
     }
     if let Some(user) = &run.ask_for {
-        clients::ask_for_credential(user).await;
+        clients::ask_for_credential(inner, user).await;
     }
     if !run.identity_changed {
-        let blocked = plan
-            .replay
-            .blocked()
-            .into_iter()
-            .map(|(id, reason)| BlockedEntry::of(id, plan.metas.get(&id), reason, user))
-            .collect();
-        clients::broadcast(&Outgoing::Blocked { blocked }).await;
+        // Each window sees the details of its own account's records only (r4: the
+        // account it is on, not the flush's).
+        let blocked = plan.replay.blocked();
+        clients::per_viewer(inner, |viewer| Outgoing::Blocked {
+            blocked: blocked
+                .iter()
+                .map(|&(id, reason)| BlockedEntry::of(id, plan.metas.get(&id), reason, viewer))
+                .collect(),
+        })
+        .await;
     }
     let replayed = plan.replay.replayed();
-    clients::broadcast(&Outgoing::flush_summary(
+    // Whether a window got this report decides the notification: a person who saw the
+    // report in a page needs none, and a page opened after it asks for the queue itself.
+    let reached = clients::broadcast(&Outgoing::flush_summary(
         replayed,
         settled.remaining,
         plan.total.saturating_sub(replayed),
@@ -61,6 +62,7 @@ pub(super) async fn report(
         notify::after_flush(
             inner,
             trigger,
+            reached > 0,
             user,
             &run.sent_kinds,
             attention,
@@ -88,7 +90,7 @@ pub(super) async fn before_reading(
 ) -> FlushOutcome {
     let settled = conclude_stopped(inner, backoff, started, stop, end).await;
     if let Some(user) = &ask {
-        clients::ask_for_credential(user).await;
+        clients::ask_for_credential(inner, user).await;
     }
     if !settled.drained {
         clients::broadcast(&Outgoing::flush_summary(
