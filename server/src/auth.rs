@@ -13,13 +13,13 @@
 //! `WWW-Authenticate: Bearer error="invalid_token"`. No CSRF token: another site's page
 //! cannot make the browser send an `Authorization` header.
 
-use crate::app::App;
 use crate::config::AuthMode;
 use crate::http_util::{
     constant_time_eq, detail, json_response, now_ms, parse_json, random_token, read_body,
     storage_error, too_many,
 };
 use crate::security::served_over_https;
+use crate::state::App;
 use crate::store::{AccessToken, Session, SessionLife, Store, StoreError};
 use axum::body::Body;
 use axum::extract::State;

@@ -29,12 +29,14 @@ pub mod client;
 pub mod conditional;
 pub mod config;
 pub mod control;
+pub mod control_routes;
 pub mod faults;
 pub mod http_util;
 pub mod limits;
 pub mod routes;
 pub mod security;
 pub mod serve;
+pub mod state;
 pub mod static_files;
 pub mod store;
 

@@ -1,13 +1,13 @@
 //! The demo data routes: tasks per project (workspace-scoped writes, the outbox orders them
 //! per project) and notes (account-level writes, a barrier in the outbox's ordering).
 //!
-//! Handlers only see requests that the pipeline in [`crate::app`] let through: writes here
+//! Handlers only see requests that the pipeline (module `app`) let through: writes here
 //! are already signed in, CSRF-checked and claimed in the ledger when keyed.
 
-use crate::app::App;
 use crate::auth::CurrentSession;
 use crate::conditional::IfMatch;
 use crate::http_util::{detail, json_response, parse_json, read_body, storage_error};
+use crate::state::App;
 use crate::store::{Session, Task, Update, WriteMeta};
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, State};

@@ -9,10 +9,11 @@
 //! request (408). Without them, a client trickling bytes holds a connection, its task
 //! and a file descriptor for ever.
 
-use crate::app::{self, App};
+use crate::app;
 use crate::auth::ClientAddr;
 use crate::config::Config;
 use crate::http_util::{now_ms, DropConnection};
+use crate::state::App;
 use axum::Router;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;

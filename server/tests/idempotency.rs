@@ -371,8 +371,8 @@ async fn in_progress_after_the_wait_bound(backend: Backend) {
     srv.shutdown().await;
 }
 
-/// A client that hangs up mid-run (a phone losing signal): the claim is committed, the
-/// route runs to its end all the same, and the client's retry gets its stored answer; the
+/// A client that hangs up mid-run (a phone losing signal): the claim is committed and the
+/// route started, and it runs to its end all the same, and the client's retry gets its stored answer; the
 /// write is applied once and never "outcome unknown".
 async fn a_request_whose_client_hangs_up_is_applied_once_and_replayed(backend: Backend) {
     let Some(srv) = start_on(backend, fast_settings()).await else {
@@ -398,6 +398,14 @@ async fn a_request_whose_client_hangs_up_is_applied_once_and_replayed(backend: B
         body.len()
     );
     stream.write_all(req.as_bytes()).await.expect("write");
+    // Once the key is claimed (the route starts right after, the 1.2 s delay inside it):
+    // a client that leaves before that has its claim removed instead (claim_race.rs).
+    for _ in 0..200 {
+        if srv.app.ledger.entries().await.expect("count the ledger") > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     tokio::time::sleep(Duration::from_millis(150)).await;
     drop(stream);
 

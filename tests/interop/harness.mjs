@@ -29,8 +29,13 @@ function checkWorkerBuilt(www) {
  * Starts server.mjs on a free port, as deployed (NODE_ENV=production: Express's error
  * pages carry no stack trace). Resolves with its base URL and a control client.
  */
-export async function startInteropServer({ www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www'), script = SERVER } = {}) {
-  const child = spawn(process.execPath, [script, '--port', '0', '--www', www], {
+export async function startInteropServer({
+  www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www'),
+  // Another app of this folder (nest-server.mjs, core-server.mjs), and its arguments.
+  script = SERVER,
+  args = ['--www', www],
+} = {}) {
+  const child = spawn(process.execPath, [script, '--port', '0', ...args], {
     cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_ENV: 'production' },
   });
   const output = [];

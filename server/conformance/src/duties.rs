@@ -26,10 +26,22 @@ pub async fn run(options: &Options) -> Result<Report, SetupError> {
     findings.push(replay(&t, &counter, first).await);
     findings.push(concurrent_repeat(&t, &counter).await);
     findings.push(key_reuse(&t, &counter).await);
+    findings.push(keys_per_account(&t, &counter).await);
     findings.push(expected_account(&t, &counter).await);
     findings.push(csrf(&t, &counter).await);
     findings.push(signed_out_write(&t, &counter).await);
-    findings.push(key_window(&t, &counter).await);
+    let (window, replay_failure) = key_window(&t, &counter).await;
+    findings.push(window);
+    if let Some(problem) = replay_failure {
+        // Each failure under the duty that failed: the key was remembered (the window
+        // holds), its replay was wrong.
+        if let Some(f) = findings.iter_mut().find(|f| f.duty == "replay") {
+            f.outcome = Outcome::Fail;
+            f.outbox = problem.clone();
+            f.notes
+                .push(format!("seen in the key-window check: {problem}"));
+        }
+    }
     findings.push(page_keys(&t).await);
     Ok(Report {
         target: options.base.clone(),
@@ -427,7 +439,9 @@ async fn concurrent_repeat(t: &Arc<Target>, counter: &Counter) -> Finding {
     };
     let before = counter.now(t).await;
     let hook = t.options.slow_hook.as_deref().map(RequestSpec::parse);
-    let answers: Vec<Result<Answer, String>> = match hook {
+    // With the hook: whether the repeat was sent before the first copy's answer came
+    // back, i.e. whether the two were seen to overlap. Without it: not known.
+    let (answers, overlapped): (Vec<Result<Answer, String>>, Option<bool>) = match hook {
         Some(Err(e)) => return not_checked(f, format!("--slow-hook: {e}")),
         Some(Ok(spec)) => {
             match t.request(&spec).await {
@@ -447,12 +461,18 @@ async fn concurrent_repeat(t: &Arc<Target>, counter: &Counter) -> Finding {
             }
             let first = {
                 let (t, key, body) = (t.clone(), key.clone(), body.clone());
-                tokio::spawn(async move { t.write(&key, &body, Tweak::default()).await })
+                tokio::spawn(async move {
+                    let answer = t.write(&key, &body, Tweak::default()).await;
+                    (answer, tokio::time::Instant::now())
+                })
             };
             tokio::time::sleep(t.options.repeat_after).await;
+            let repeat_sent = tokio::time::Instant::now();
             let second = t.write(&key, &body, Tweak::default()).await;
-            let first = first.await.unwrap_or_else(|e| Err(e.to_string()));
-            vec![first, second]
+            let (first, first_answered) = first
+                .await
+                .unwrap_or_else(|e| (Err(e.to_string()), tokio::time::Instant::now()));
+            (vec![first, second], Some(repeat_sent < first_answered))
         }
         None => {
             let mut set = JoinSet::new();
@@ -464,24 +484,20 @@ async fn concurrent_repeat(t: &Arc<Target>, counter: &Counter) -> Finding {
             while let Some(r) = set.join_next().await {
                 all.push(r.unwrap_or_else(|e| Err(e.to_string())));
             }
-            all
+            (all, None)
         }
     };
     let ran = counter.since(t, before).await;
     let mut described = Vec::new();
     let mut bad = Vec::new();
-    let mut waited_or_told = false;
     for a in &answers {
         match a {
             Ok(a) => {
                 described.push(a.describe());
                 match a.verdict() {
-                    Verdict::InProgress => waited_or_told = true,
-                    Verdict::Replayed | Verdict::RetryLater { .. } => {}
+                    Verdict::InProgress | Verdict::Replayed | Verdict::RetryLater { .. } => {}
                     other => bad.push(format!("{} → {}", a.describe(), outbox_does(&other))),
                 }
-                // With the first copy held by the hook, a replayed answer waited for it.
-                waited_or_told |= a.replayed && t.options.slow_hook.is_some();
             }
             Err(e) => bad.push(format!(
                 "no answer ({e}) → {}",
@@ -504,22 +520,137 @@ async fn concurrent_repeat(t: &Arc<Target>, counter: &Counter) -> Finding {
             "ran {} times: a replay that meets its first attempt still running applies the write again",
             ran.unwrap_or(0)
         );
-    } else if !bad.is_empty() {
+        return f;
+    }
+    if !bad.is_empty() {
         f.outcome = Outcome::Fail;
         f.outbox = bad.join("; ");
-    } else if ran.is_none() {
+        return f;
+    }
+    if ran.is_none() {
         return not_checked(
             f,
             format!("{}: whether it ran twice cannot be seen", counter.why_not()),
         );
+    }
+    // "Still running" is credited only when the copies were seen to overlap: a 409 to a
+    // copy that came after the first had finished is not "in progress", whatever it says.
+    match overlapped {
+        Some(true) => f.outcome = Outcome::Pass,
+        Some(false) => {
+            return not_checked(
+                f,
+                "the repeat was sent after the first copy had answered, so it never met the first one running (ran once: yes): make the slow hook slower than --repeat-after",
+            )
+        }
+        None => {
+            return not_checked(
+                f,
+                "copies were raced without --slow-hook, so whether one met another still running was not seen, and \"still running\" is not credited (ran once: yes): give --slow-hook to hold the first copy",
+            )
+        }
+    }
+    f
+}
+
+/// Duty 10.2: keys are scoped per account. The second account sends the first one's key,
+/// path and body: its own write must run, and it must never get the first one's answer.
+async fn keys_per_account(t: &Target, counter: &Counter) -> Finding {
+    let mut f = finding(
+        "keys-per-account",
+        "the same key, path and body from another account is that account's own write: it runs, and never gets the first account's stored answer",
+    );
+    let second = match t.second_account().await {
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            return not_checked(
+                f,
+                "no second account: give --second-user NAME --second-password P (or --second-bearer TOKEN). A page key such as order_1234 collides between users easily; a server that scopes keys globally answers the second user with the first one's stored answer, and the second user's write is lost",
+            )
+        }
+        Err(e) => return not_checked(f, format!("the second account: {e}")),
+    };
+    let (key, body) = match new_key() {
+        Ok(k) => (k, t.fresh_body()),
+        Err(e) => return not_checked(f, e),
+    };
+    let first = match t.write(&key, &body, Tweak::default()).await {
+        Ok(a) if (200..300).contains(&a.status) => a,
+        Ok(a) => {
+            return not_checked(
+                f,
+                format!("the first account's write answered {}", a.describe()),
+            )
+        }
+        Err(e) => return network(f, e),
+    };
+    // The count may be per account or global: read it as each.
+    let counted = counter.unavailable.is_none();
+    let before = if counted {
+        (t.count().await.ok(), t.count_as(Some(&second)).await.ok())
     } else {
-        f.outcome = Outcome::Pass;
-        if !waited_or_told {
-            f.notes.push(if t.options.slow_hook.is_some() {
-                "the repeat did not meet the first copy running (it had finished): make the slow hook slower than --repeat-after".into()
-            } else {
-                "copies raced without --slow-hook: none was told \"in progress\", and whether one met another still running is not known (give --slow-hook to hold the first one)".into()
-            });
+        (None, None)
+    };
+    let answer = match t.write_as(&second, &key, &body).await {
+        Ok(a) => a,
+        Err(e) => return network(f, e),
+    };
+    let ran = match before {
+        (Some(b1), Some(b2)) => {
+            match (t.count().await.ok(), t.count_as(Some(&second)).await.ok()) {
+                (Some(a1), Some(a2)) => Some(a1.saturating_sub(b1).max(a2.saturating_sub(b2))),
+                _ => None,
+            }
+        }
+        _ => None,
+    };
+    let verdict = answer.verdict();
+    let success = (200..300).contains(&answer.status);
+    let same_answer = success && first.json().is_some() && first.json() == answer.json();
+    f.server = format!(
+        "{} sent {}'s key, path and body: {}{}",
+        second.id,
+        t.account,
+        answer.describe(),
+        ran_text(ran)
+    );
+    f.outbox = outbox_does(&verdict);
+    let leaked = success && (answer.replayed || ran == Some(0) || same_answer);
+    if leaked {
+        f.outcome = Outcome::Fail;
+        f.outbox = format!(
+            "deletes {}'s record as delivered: it got {}'s stored answer, and its own write was never applied (keys are scoped globally, not per account)",
+            second.id, t.account
+        );
+        if same_answer {
+            f.notes
+                .push("the answer's body is the first account's, byte for byte".into());
+        }
+        return f;
+    }
+    match (success, ran) {
+        (true, Some(1)) => f.outcome = Outcome::Pass,
+        (true, Some(n)) => {
+            f.outcome = Outcome::Fail;
+            f.outbox = format!("ran {n} times for one write");
+        }
+        (true, None) => {
+            return not_checked(
+                f,
+                format!(
+                    "answered 2xx with another body and no Idempotent-Replayed, but {}: whether its own write ran is not known",
+                    counter.why_not()
+                ),
+            )
+        }
+        (false, _) => {
+            f.outcome = Outcome::Fail;
+            f.outbox = format!(
+                "{}: {}'s write is refused because {} used the key (keys are scoped globally, not per account)",
+                outbox_does(&verdict),
+                second.id,
+                t.account
+            );
         }
     }
     f
@@ -619,7 +750,10 @@ async fn expected_account(t: &Target, counter: &Counter) -> Finding {
     match (ran, mismatch) {
         (Some(true), _) | (None, false) if (200..300).contains(&r.answer.status) => {
             f.outcome = Outcome::NotSupported;
-            f.outbox = "cannot rely on it: it checks /auth/me before every flush and holds replays across a sign-in (contract 4.5, r3), so this matters only when the session changes between that check and a replay (a sign-in as someone else in another tab, through a route the worker does not see): that account then gets the queued write".into();
+            f.outbox = "UNSAFE on devices shared by several accounts: the outbox checks /auth/me before every flush and holds replays across every sign-in its workers see (contract 4.5, r3/r4), but a sign-in it cannot see (a page outside every outbox scope, another app on the same origin) can change the session between that check and a replay, and this server then applies the first account's queued write as the second account, with nothing to tell them apart".into();
+            f.notes.push(
+                "check X-PM-Expected-Account: refuse a write whose header names another account than the session's with 409 {\"detail\":\"account_mismatch\"}, before the idempotency ledger".into(),
+            );
         }
         (Some(true), _) => {
             f.outcome = Outcome::Fail;
@@ -654,26 +788,33 @@ async fn expected_account(t: &Target, counter: &Counter) -> Finding {
     f
 }
 
-async fn key_window(t: &Target, counter: &Counter) -> Finding {
+/// The key-window duty, and a failure of the replay duty when it saw one: a key remembered
+/// (not run again) but answered as no replay is the replay's failure, not the window's.
+async fn key_window(t: &Target, counter: &Counter) -> (Finding, Option<String>) {
     let mut f = finding(
         "key-window",
         "a completed key is still honoured later; the window the server claims covers the outbox's serverKeyTtlMs",
     );
     let (key, body) = match new_key() {
         Ok(k) => (k, t.fresh_body()),
-        Err(e) => return not_checked(f, e),
+        Err(e) => return (not_checked(f, e), None),
     };
     let before = counter.now(t).await;
     match t.write(&key, &body, Tweak::default()).await {
         Ok(a) if (200..300).contains(&a.status) => {}
-        Ok(a) => return not_checked(f, format!("the first write answered {}", a.describe())),
-        Err(e) => return network(f, e),
+        Ok(a) => {
+            return (
+                not_checked(f, format!("the first write answered {}", a.describe())),
+                None,
+            )
+        }
+        Err(e) => return (network(f, e), None),
     }
     let probe = t.options.key_probe;
     tokio::time::sleep(probe).await;
     let later = match t.write(&key, &body, Tweak::default()).await {
         Ok(a) => a,
-        Err(e) => return network(f, e),
+        Err(e) => return (network(f, e), None),
     };
     let ran = counter.since(t, before).await;
     let verdict = later.verdict();
@@ -695,17 +836,32 @@ async fn key_window(t: &Target, counter: &Counter) -> Finding {
             "the server forgot the key within {}: a replay after that is applied again",
             human(probe)
         );
-        return f;
+        return (f, None);
     }
+    let mut replay_failure = None;
     if !honoured {
         if ran.is_none() {
-            return not_checked(
-                f,
-                format!("no Idempotent-Replayed marker and {}", counter.why_not()),
+            return (
+                not_checked(
+                    f,
+                    format!("no Idempotent-Replayed marker and {}", counter.why_not()),
+                ),
+                None,
             );
         }
-        f.outcome = Outcome::Fail;
-        return f;
+        // Ran once: the key was remembered, so the window holds; the answer is the
+        // replay duty's failure.
+        replay_failure = Some(format!(
+            "a repeat {} after its write answered {} → {}, although the key was remembered (the write did not run again)",
+            human(probe),
+            later.describe(),
+            outbox_does(&verdict)
+        ));
+        f.outbox = "keeps the record's key and replays it; the key was remembered".into();
+        f.notes.push(format!(
+            "remembered, but its replay was answered {}: reported under replay",
+            later.describe()
+        ));
     }
     f.outcome = Outcome::Pass;
     f.notes.push(format!(
@@ -733,7 +889,7 @@ async fn key_window(t: &Target, counter: &Counter) -> Finding {
             human(outbox_ttl)
         )),
     }
-    f
+    (f, replay_failure)
 }
 
 /// Builds a page key from the run's number.

@@ -207,30 +207,145 @@ impl Target {
         };
         if let (None, Some(user)) = (&options.bearer, &options.user) {
             let password = options.password.clone().unwrap_or_default();
-            let body = options
-                .login_body
-                .replace("{user}", &json_string(user))
-                .replace("{password}", &json_string(&password));
-            let a = target
-                .send(
-                    &target.signed_in,
-                    "POST",
-                    &options.login,
-                    &[("content-type", "application/json")],
-                    Some(body),
-                    false,
-                )
+            target
+                .sign_in(&target.signed_in, user, &password)
                 .await
-                .map_err(|e| setup(&format!("POST {}", options.login), &e))?;
-            if !(200..300).contains(&a.status) {
-                return Err(SetupError(format!(
-                    "signing in as {user} at POST {} answered {}: check --login, --login-body, --user and --password",
-                    options.login,
-                    a.describe()
-                )));
-            }
+                .map_err(|e| {
+                    SetupError(format!(
+                        "{e}: check --login, --login-body, --user and --password"
+                    ))
+                })?;
         }
         Ok(target)
+    }
+
+    /// A cookie sign-in on `client`.
+    async fn sign_in(
+        &self,
+        client: &reqwest::Client,
+        user: &str,
+        password: &str,
+    ) -> Result<(), String> {
+        let login = &self.options.login;
+        let body = self
+            .options
+            .login_body
+            .replace("{user}", &json_string(user))
+            .replace("{password}", &json_string(password));
+        let a = self
+            .send(
+                client,
+                "POST",
+                login,
+                &[("content-type", "application/json")],
+                Some(body),
+                None,
+            )
+            .await
+            .map_err(|e| format!("POST {login}: {e}"))?;
+        if !(200..300).contains(&a.status) {
+            return Err(format!(
+                "signing in as {user} at POST {login} answered {}",
+                a.describe()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The second account the options name (`--second-user`/`--second-password`, or
+    /// `--second-bearer`), signed in and named by `GET --me`; `Ok(None)` when none is
+    /// given.
+    pub async fn second_account(&self) -> Result<Option<Account>, String> {
+        let o = &self.options;
+        let client = reqwest::Client::builder()
+            .cookie_store(true)
+            .redirect(Policy::none())
+            .timeout(o.timeout)
+            .build()
+            .map_err(|e| format!("building the HTTP client: {e}"))?;
+        let bearer = match (&o.second_user, &o.second_bearer) {
+            (Some(user), _) => {
+                let password = o.second_password.clone().unwrap_or_default();
+                self.sign_in(&client, user, &password).await?;
+                None
+            }
+            (None, Some(token)) => Some(token.clone()),
+            (None, None) => return Ok(None),
+        };
+        let a = self
+            .send(&client, "GET", &self.me_path, &[], None, bearer.as_deref())
+            .await
+            .map_err(|e| format!("GET {} as the second account: {e}", self.me_path))?;
+        match read_identity(a.status, a.json().as_ref(), a.csrf_header.as_deref()) {
+            Identity::SignedIn { user, csrf } if user != self.account => Ok(Some(Account {
+                client,
+                bearer,
+                id: user,
+                csrf,
+            })),
+            Identity::SignedIn { user, .. } => Err(format!(
+                "GET {} names the second account {user:?}, the first one: give another account",
+                self.me_path
+            )),
+            _ => Err(format!(
+                "GET {} as the second account answered {}: not signed in",
+                self.me_path,
+                a.describe()
+            )),
+        }
+    }
+
+    /// The write as `who` sends it: its own session, CSRF token and expected account.
+    pub async fn write_as(&self, who: &Account, key: &str, body: &str) -> Result<Answer, String> {
+        let mut headers: Vec<(&str, &str)> = vec![
+            ("content-type", &self.content_type),
+            ("idempotency-key", key),
+            ("x-pm-expected-account", &who.id),
+        ];
+        if let Some(t) = &who.csrf {
+            headers.push((&self.csrf_header, t));
+        }
+        self.send(
+            &who.client,
+            &self.write.method,
+            &self.write.path,
+            &headers,
+            Some(body.to_owned()),
+            who.bearer.as_deref(),
+        )
+        .await
+    }
+
+    /// The count route as `who` reads it (`None`: as the first account).
+    pub async fn count_as(&self, who: Option<&Account>) -> Result<u64, String> {
+        let (client, bearer) = match who {
+            Some(a) => (&a.client, a.bearer.as_deref()),
+            None => (&self.signed_in, self.bearer.as_deref()),
+        };
+        let path = &self.options.count;
+        let a = self.send(client, "GET", path, &[], None, bearer).await?;
+        if a.status != 200 {
+            return Err(format!("GET {path} answered {}", a.describe()));
+        }
+        let v = a
+            .json()
+            .ok_or_else(|| format!("GET {path} did not answer JSON"))?;
+        let at = v.pointer(&self.options.count_pointer).ok_or_else(|| {
+            format!(
+                "GET {path}: nothing at {} in its answer",
+                self.options.count_pointer
+            )
+        })?;
+        match at {
+            Value::Array(items) => Ok(items.len() as u64),
+            Value::Number(n) => n
+                .as_u64()
+                .ok_or_else(|| format!("GET {path}: {n} is not a count")),
+            other => Err(format!(
+                "GET {path}: {} is neither an array nor a number ({other})",
+                self.options.count_pointer
+            )),
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -245,16 +360,14 @@ impl Target {
         path: &str,
         headers: &[(&str, &str)],
         body: Option<String>,
-        authorized: bool,
+        bearer: Option<&str>,
     ) -> Result<Answer, String> {
         let method = reqwest::Method::from_bytes(method.as_bytes()).map_err(|e| e.to_string())?;
         let mut req = client
             .request(method, self.url(path))
             .headers(self.extra.clone());
-        if authorized {
-            if let Some(token) = &self.bearer {
-                req = req.bearer_auth(token);
-            }
+        if let Some(token) = bearer {
+            req = req.bearer_auth(token);
         }
         for (k, v) in headers {
             req = req.header(*k, *v);
@@ -296,8 +409,9 @@ impl Target {
             self.anonymous.clone()
         };
         let path = self.me_path.clone();
+        let bearer = if signed_in { self.bearer.clone() } else { None };
         let a = self
-            .send(&client, "GET", &path, &[], None, signed_in)
+            .send(&client, "GET", &path, &[], None, bearer.as_deref())
             .await?;
         let identity = read_identity(a.status, a.json().as_ref(), a.csrf_header.as_deref());
         if let (true, Identity::SignedIn { csrf, .. }) = (signed_in, &identity) {
@@ -325,10 +439,10 @@ impl Target {
         if let (false, Some(t)) = (tweak.without_csrf, &self.csrf) {
             headers.push((&self.csrf_header, t));
         }
-        let (client, authorized) = if tweak.signed_out {
-            (&self.anonymous, false)
+        let (client, bearer) = if tweak.signed_out {
+            (&self.anonymous, None)
         } else {
-            (&self.signed_in, true)
+            (&self.signed_in, self.bearer.as_deref())
         };
         self.send(
             client,
@@ -336,7 +450,7 @@ impl Target {
             &self.write.path,
             &headers,
             Some(body.to_owned()),
-            authorized,
+            bearer,
         )
         .await
     }
@@ -355,44 +469,29 @@ impl Target {
             &spec.path,
             &all,
             spec.body.clone(),
-            true,
+            self.bearer.as_deref(),
         )
         .await
     }
 
     /// How many writes the count route shows now; `Err` says why it cannot be read.
     pub async fn count(&self) -> Result<u64, String> {
-        let path = &self.options.count;
-        let a = self
-            .send(&self.signed_in, "GET", path, &[], None, true)
-            .await?;
-        if a.status != 200 {
-            return Err(format!("GET {path} answered {}", a.describe()));
-        }
-        let v = a
-            .json()
-            .ok_or_else(|| format!("GET {path} did not answer JSON"))?;
-        let at = v.pointer(&self.options.count_pointer).ok_or_else(|| {
-            format!(
-                "GET {path}: nothing at {} in its answer",
-                self.options.count_pointer
-            )
-        })?;
-        match at {
-            Value::Array(items) => Ok(items.len() as u64),
-            Value::Number(n) => n
-                .as_u64()
-                .ok_or_else(|| format!("GET {path}: {n} is not a count")),
-            other => Err(format!(
-                "GET {path}: {} is neither an array nor a number ({other})",
-                self.options.count_pointer
-            )),
-        }
+        self.count_as(None).await
     }
 
     pub fn timeout(&self) -> Duration {
         self.options.timeout
     }
+}
+
+/// Another signed-in account ([`Target::second_account`]).
+pub struct Account {
+    client: reqwest::Client,
+    bearer: Option<String>,
+    /// Who `GET --me` says it is.
+    pub id: String,
+    /// The CSRF token its `GET --me` gave, if any.
+    pub csrf: Option<String>,
 }
 
 /// How one copy of the write differs from what the outbox sends.

@@ -34,6 +34,17 @@ pub struct Options {
     /// The account id `GET --me` must name (default: --user).
     #[arg(long)]
     pub account: Option<String>,
+    /// A second account, to check that keys are scoped per account: its cookie sign-in
+    /// (the same --login and --login-body as the first).
+    #[arg(long, requires = "second_password", conflicts_with = "second_bearer")]
+    pub second_user: Option<String>,
+    /// The second account's password.
+    #[arg(long, requires = "second_user")]
+    pub second_password: Option<String>,
+    /// A second account for token apps: its `Authorization: Bearer` token (the account it
+    /// names is read from GET --me).
+    #[arg(long)]
+    pub second_bearer: Option<String>,
     /// An account id that is not the signed-in one, sent as X-PM-Expected-Account to
     /// see the server refuse it.
     #[arg(long, default_value = "sw-outbox-conformance-someone-else")]
@@ -216,5 +227,34 @@ mod tests {
             Options::try_parse_from(["c", "http://x", "--bearer", "t", "--user", "u"]).is_err(),
             "a bearer token or a sign-in, not both"
         );
+        let second = Options::try_parse_from([
+            "c",
+            "http://x",
+            "--user",
+            "alice",
+            "--second-user",
+            "bob",
+            "--second-password",
+            "pw",
+        ])
+        .expect("a second account");
+        assert_eq!(second.second_user.as_deref(), Some("bob"));
+        for bad in [
+            vec!["c", "http://x", "--second-user", "bob"],
+            vec!["c", "http://x", "--second-password", "pw"],
+            vec![
+                "c",
+                "http://x",
+                "--second-bearer",
+                "t",
+                "--second-user",
+                "b",
+                "--second-password",
+                "p",
+            ],
+        ] {
+            assert!(Options::try_parse_from(&bad).is_err(), "{bad:?}");
+        }
+        assert!(Options::try_parse_from(["c", "http://x", "--second-bearer", "t"]).is_ok());
     }
 }

@@ -113,6 +113,10 @@ async fn a_server_without_a_ledger_fails_the_duties_that_keep_writes_single() {
             "1s",
             "--key-ttl",
             "1h",
+            "--second-user",
+            "erin",
+            "--second-password",
+            "erin",
             "--json",
         ],
     )
@@ -124,6 +128,8 @@ async fn a_server_without_a_ledger_fails_the_duties_that_keep_writes_single() {
             ("replay", "fail"),
             ("concurrent-repeat", "fail"),
             ("key-reuse", "fail"),
+            // No ledger: nothing to leak between accounts; the second account's write ran.
+            ("keys-per-account", "pass"),
             ("expected-account", "not-supported"),
             ("csrf", "not-supported"),
             ("signed-out-write", "pass"),
@@ -164,12 +170,21 @@ async fn without_a_count_route_or_a_replay_marker_nothing_is_claimed() {
             "--no-count",
             "--key-probe",
             "1s",
+            "--second-user",
+            "erin",
+            "--second-password",
+            "erin",
             "--json",
         ],
     )
     .await;
     let outcomes = run.outcomes();
-    for duty in ["replay", "key-window", "concurrent-repeat"] {
+    for duty in [
+        "replay",
+        "key-window",
+        "concurrent-repeat",
+        "keys-per-account",
+    ] {
         assert_eq!(outcomes[duty], "not-checked", "{duty}: {}", run.explain());
     }
     // A 2xx to another request under a used key is wrong whether or not it ran: a lost
@@ -202,6 +217,8 @@ async fn a_bearer_token_instead_of_a_cookie_sign_in() {
             "/items",
             "--key-probe",
             "1s",
+            "--second-bearer",
+            "erin",
             "--json",
         ],
     )
@@ -223,6 +240,14 @@ async fn a_bearer_token_instead_of_a_cookie_sign_in() {
         run.outcomes()["signed-out-write"],
         "pass",
         "sent without the token"
+    );
+    let second = run.finding("keys-per-account");
+    assert_eq!(second["outcome"], "pass", "{}", run.explain());
+    assert!(
+        second["server"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("erin sent dave's key")),
+        "the second token's account, read from /auth/me: {second}"
     );
     let run = conformance(addr, &["--bearer", "dave"]).await;
     assert_eq!(

@@ -71,7 +71,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = Router::new()
         .route("/api/orders", post(create_order))
         .layer(idempotency)
-        // Added last, so it runs first: a request it refuses never reaches the ledger.
+        // Authentication is added after the idempotency layer, so it runs first: the
+        // layer then knows the account, and a request it refuses never reaches the
+        // ledger. (Added before it, the layer sees no account, passes every keyed write
+        // unprotected, and logs a warning saying so.)
         .layer(middleware::from_fn(authenticate))
         .with_state(Arc::new(AtomicU64::new(0)));
 

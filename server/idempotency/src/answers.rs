@@ -31,6 +31,13 @@ pub mod detail {
     pub const LEDGER_ERROR: &str = "idempotency_ledger_error";
     /// 400: the request body broke off while the layer read it.
     pub const BODY_UNREADABLE: &str = "request_body_unreadable";
+    /// 413 with `max_request_body`: a keyed write whose body is larger than the layer
+    /// fingerprints; refused rather than run without idempotency.
+    pub const BODY_TOO_LARGE: &str = "idempotency_body_too_large";
+    /// 503 (transactional mode): the route's transaction, with the key's answer, did not
+    /// commit. Nothing of it was applied unless the commit's own answer was lost; either
+    /// way the retry is answered consistently (the stored answer, or a fresh single run).
+    pub const NOT_COMMITTED: &str = "idempotency_not_committed";
 }
 
 pub(crate) fn json<B>(status: StatusCode, body: Value) -> Response<IdempotencyBody<B>> {
@@ -43,6 +50,24 @@ pub(crate) fn json<B>(status: StatusCode, body: Value) -> Response<IdempotencyBo
 
 pub(crate) fn detail<B>(status: StatusCode, code: &str) -> Response<IdempotencyBody<B>> {
     json(status, json!({ "detail": code }))
+}
+
+/// 413: the keyed write's body is over `max_request_body`; says the bound and how to
+/// raise it, since only the server's owner can.
+pub(crate) fn body_too_large<B>(cap: usize) -> Response<IdempotencyBody<B>> {
+    json(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        json!({
+            "detail": detail::BODY_TOO_LARGE,
+            "max_request_body": cap,
+            "message": format!(
+                "a write with an Idempotency-Key may have a body of at most {cap} bytes: the \
+                 idempotency layer fingerprints the body to tell a retry from another write. \
+                 The server can raise the bound with \
+                 Settings::builder().max_request_body(bytes)."
+            ),
+        }),
+    )
 }
 
 /// 503 with `Retry-After` in whole seconds (rounded up, at least 1): the ledger could not

@@ -4,49 +4,52 @@
 //!
 //! 1. the key is checked against the [`KeyRule`](crate::KeyRule) (400
 //!    `idempotency_key_invalid`);
-//! 2. the body is read, up to `max_request_body`; a larger one passes through untouched
-//!    (no idempotency, nothing buffered past the bound);
+//! 2. the body is read, up to `max_request_body`; a larger one is refused (413
+//!    `idempotency_body_too_large`, naming the bound) rather than run unprotected;
 //! 3. [`Ledger::begin`] commits a running claim **before** the route runs, so a crash
 //!    mid-route leaves a claim that every retry reads as "outcome unknown" instead of
-//!    applying the write a second time;
-//! 4. the route runs in a task of its own, to its end even when the client goes away
-//!    (its answer is stored, and the client's retry gets it), while the claim's heartbeat
-//!    is refreshed; only a process that died stops heartbeating, and its claim goes stale;
-//! 5. the answer (any status) is stored and the claim completed. An answer body with a
-//!    known length within `max_stored_answer` is read and stored whole; one that is
+//!    applying the write a second time (transactional mode instead holds the claim in the
+//!    route's own transaction: see `transactional`, feature `postgres`);
+//! 4. the claim and the route run in a task of their own (`claimed`): a client that hangs
+//!    up before the route started has its claim removed, and one that hangs up later does
+//!    not cut the route off: it runs to its end (its answer is stored, and the client's
+//!    retry gets it), while the claim's heartbeat is refreshed; only a process that died
+//!    stops heartbeating, and its claim goes stale;
+//! 5. the answer (any status) is stored and the claim completed (`route`). An answer body
+//!    with a known length within `max_stored_answer` is read and stored whole; one that is
 //!    streamed (no exact length, or `text/event-stream`) or larger is passed on as it
 //!    comes, its first byte not held back, and stored as its status only; a route that
 //!    panics is stored as 500 `{"detail":"Internal Server Error"}` and the panic goes on.
 //!
-//! A retry with the same key and fingerprint then gets the stored answer with
-//! `Idempotent-Replayed: true` (409 `idempotency_replay_unavailable` with the status, for
-//! an answer stored as its status); while the first attempt runs it waits (polling) up to
-//! `in_progress_wait` and then gets 409 `idempotency_in_progress`; once the first attempt's
-//! heartbeat is older than `stale_after` (by the ledger's clock) it gets 409
-//! `idempotency_outcome_unknown`, for good (nobody can know whether the write happened, so
-//! nobody may guess). Another request under the same key gets 422 `idempotency_key_reused`.
+//! A retry with the same key and fingerprint (method, path and query, body, and
+//! `Content-Type`) then gets the stored answer with `Idempotent-Replayed: true` (409
+//! `idempotency_replay_unavailable` with the status, for an answer stored as its status);
+//! while the first attempt runs it waits (polling) up to `in_progress_wait` and then gets
+//! 409 `idempotency_in_progress`; once the first attempt's heartbeat is older than
+//! `stale_after` (by the ledger's clock) it gets 409 `idempotency_outcome_unknown`, for
+//! good (nobody can know whether the write happened, so nobody may guess). Another request
+//! under the same key gets 422 `idempotency_key_reused`. Each of these answers is traced at
+//! debug level with the key's account and route.
 
 use crate::answers::{self, detail};
 use crate::body::{content_length, read_capped, BoxError, Capped, IdempotencyBody};
-use crate::ledger::{Begin, ClaimRequest, ClaimToken, Fingerprint, Ledger, Scope, StoredAnswer};
+use crate::hold::Holder;
+use crate::ledger::{ClaimRequest, ClaimToken, Fingerprint, Ledger, Scope};
 use crate::settings::Settings;
-use futures_util::FutureExt;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
 use sha2::{Digest, Sha256};
-use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
-use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tower_layer::Layer;
 use tower_service::Service;
-use tracing::Instrument;
 
 /// The request header that carries the key.
 pub const KEY_HEADER: &str = "idempotency-key";
@@ -74,16 +77,21 @@ where
 /// The tower layer. Cloning is cheap (shared handles).
 #[derive(Clone)]
 pub struct IdempotencyLayer {
-    ledger: Arc<dyn Ledger>,
+    pub(crate) ledger: Arc<dyn Ledger>,
+    /// Transactional mode: the ledger that hands the route the claim's transaction.
+    pub(crate) holder: Option<Arc<dyn Holder>>,
     account: Arc<dyn AccountOf>,
-    settings: Arc<Settings>,
+    pub(crate) settings: Arc<Settings>,
     last_prune: Arc<Mutex<Option<Instant>>>,
+    /// Whether a keyed write without an account was logged already (once per layer).
+    warned_without_account: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for IdempotencyLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("IdempotencyLayer")
             .field("ledger", &self.ledger)
+            .field("transactional", &self.holder.is_some())
             .field("settings", &self.settings)
             .finish_non_exhaustive()
     }
@@ -95,9 +103,11 @@ impl IdempotencyLayer {
     pub fn new(ledger: Arc<dyn Ledger>, account: impl AccountOf) -> IdempotencyLayer {
         IdempotencyLayer {
             ledger,
+            holder: None,
             account: Arc::new(account),
             settings: Arc::new(Settings::default()),
             last_prune: Arc::new(Mutex::new(None)),
+            warned_without_account: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -115,6 +125,92 @@ impl IdempotencyLayer {
     /// The layer's bounds.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Whether routes get the claim's transaction (`PgLedger`'s transactional mode).
+    pub fn is_transactional(&self) -> bool {
+        self.holder.is_some()
+    }
+
+    /// A request the layer does not claim: on to the route as it is (in transactional
+    /// mode with a transaction of its own, begun when the route first asks for it and
+    /// committed after the route returns).
+    async fn pass<S, ReqB, ResB>(
+        &self,
+        mut inner: S,
+        mut req: Request<IdempotencyBody<ReqB>>,
+    ) -> Result<Response<IdempotencyBody<ResB>>, S::Error>
+    where
+        S: Service<Request<IdempotencyBody<ReqB>>, Response = Response<ResB>>,
+    {
+        let Some(holder) = &self.holder else {
+            return Ok(inner.call(req).await?.map(IdempotencyBody::new));
+        };
+        let tx = holder.unclaimed();
+        tx.expose(req.extensions_mut());
+        // An error or a panic drops the transaction: rolled back.
+        let resp = inner.call(req).await?;
+        match tx.commit(None).await {
+            Ok(()) => Ok(resp.map(IdempotencyBody::new)),
+            Err(e) => {
+                tracing::error!(error = %e, "sw-outbox-idempotency: a route's transaction did not commit");
+                Ok(answers::retry_later(
+                    detail::NOT_COMMITTED,
+                    Duration::from_secs(1),
+                ))
+            }
+        }
+    }
+
+    /// A keyed write with no account passes unprotected: most often because authentication
+    /// runs inside the layer (added before it), so the account is not known yet. Said
+    /// once, loudly, instead of letting every retry run again in silence.
+    fn warn_once_without_account(&self, parts: &Parts) {
+        if self.warned_without_account.swap(true, Ordering::SeqCst) {
+            tracing::debug!(method = %parts.method, path = %parts.uri.path(), "sw-outbox-idempotency: a keyed write with no account passed through");
+            return;
+        }
+        tracing::warn!(
+            method = %parts.method,
+            path = %parts.uri.path(),
+            "sw-outbox-idempotency: a write with an Idempotency-Key reached the layer with no \
+             account, so it ran without idempotency (a retry runs it again). If it was \
+             signed in, authentication most likely runs inside the layer: add the \
+             authentication layer after the IdempotencyLayer (`.layer(idempotency)` first, \
+             then `.layer(auth)`), so it runs first and the account is known. (Logged once; \
+             later ones at debug level.)"
+        );
+    }
+}
+
+/// Who a keyed write acts for and where it goes, for the layer's debug traces.
+pub(crate) struct Trace {
+    pub(crate) account: String,
+    pub(crate) route: String,
+    key: String,
+}
+
+impl Trace {
+    fn new(account: &str, key: &str, parts: &Parts) -> Trace {
+        Trace {
+            account: account.to_owned(),
+            route: format!("{} {}", parts.method, parts.uri.path()),
+            key: key.to_owned(),
+        }
+    }
+
+    /// The layer answered in the route's place (a replay, a 409, a 422, a refusal).
+    pub(crate) fn answered(&self, status: u16, what: &str) {
+        tracing::debug!(account = %self.account, route = %self.route, key = %self.key, status, what, "sw-outbox-idempotency: answered from the ledger");
+    }
+
+    /// A claim removed because its client went away before the route started.
+    pub(crate) fn removed(&self) {
+        tracing::debug!(account = %self.account, route = %self.route, key = %self.key, "sw-outbox-idempotency: claim removed, its client went away before the route started");
+    }
+
+    fn refused_too_large(&self, cap: usize) {
+        tracing::debug!(account = %self.account, route = %self.route, key = %self.key, max_request_body = cap, "sw-outbox-idempotency: keyed write refused, its body is over the bound");
     }
 }
 
@@ -177,16 +273,6 @@ fn is_write(method: &Method) -> bool {
     )
 }
 
-async fn pass<S, ReqB, ResB>(
-    mut inner: S,
-    req: Request<IdempotencyBody<ReqB>>,
-) -> Result<Response<IdempotencyBody<ResB>>, S::Error>
-where
-    S: Service<Request<IdempotencyBody<ReqB>>, Response = Response<ResB>>,
-{
-    Ok(inner.call(req).await?.map(IdempotencyBody::new))
-}
-
 enum KeyOf {
     Absent,
     Invalid,
@@ -224,15 +310,17 @@ where
     ResB::Data: Send,
 {
     if !is_write(req.method()) || !req.headers().contains_key(KEY_HEADER) {
-        return pass(inner, req.map(IdempotencyBody::new)).await;
+        return layer.pass(inner, req.map(IdempotencyBody::new)).await;
     }
     let (parts, body) = req.into_parts();
     let Some(account) = layer.account.account_of(&parts) else {
-        return pass(
-            inner,
-            Request::from_parts(parts, IdempotencyBody::new(body)),
-        )
-        .await;
+        layer.warn_once_without_account(&parts);
+        return layer
+            .pass(
+                inner,
+                Request::from_parts(parts, IdempotencyBody::new(body)),
+            )
+            .await;
     };
     let key = match key_of(&parts, &layer.settings) {
         KeyOf::Valid(k) => k,
@@ -243,24 +331,28 @@ where
             ))
         }
         KeyOf::Absent => {
-            return pass(
-                inner,
-                Request::from_parts(parts, IdempotencyBody::new(body)),
-            )
-            .await
+            return layer
+                .pass(
+                    inner,
+                    Request::from_parts(parts, IdempotencyBody::new(body)),
+                )
+                .await
         }
     };
+    let trace = Trace::new(&account, &key, &parts);
+    // Fail closed: a keyed write the layer cannot fingerprint is refused, never run
+    // unprotected (a retry of it would run it again).
     let cap = layer.settings.max_request_body();
     if content_length(&parts.headers).is_some_and(|n| n > cap as u64) {
-        return pass(
-            inner,
-            Request::from_parts(parts, IdempotencyBody::new(body)),
-        )
-        .await;
+        trace.refused_too_large(cap);
+        return Ok(answers::body_too_large(cap));
     }
     let (bytes, trailers) = match read_capped(Box::pin(body), cap).await {
         Ok(Capped::Whole { data, trailers }) => (data, trailers),
-        Ok(Capped::Over(body)) => return pass(inner, Request::from_parts(parts, body)).await,
+        Ok(Capped::Over(_)) => {
+            trace.refused_too_large(cap);
+            return Ok(answers::body_too_large(cap));
+        }
         Err(e) => {
             tracing::debug!(error = %e, "sw-outbox-idempotency: a request body broke off");
             return Ok(answers::detail(
@@ -270,7 +362,7 @@ where
         }
     };
     layer.maybe_prune();
-    let fp = Fingerprint::new(
+    let mut fp = Fingerprint::new(
         parts.method.as_str(),
         parts
             .uri
@@ -279,6 +371,9 @@ where
             .unwrap_or_else(|| parts.uri.path().to_owned()),
         Sha256::digest(&bytes).into(),
     );
+    if let Some(ct) = parts.headers.get(CONTENT_TYPE) {
+        fp = fp.with_content_type(&String::from_utf8_lossy(ct.as_bytes()));
+    }
     let token = match random_token() {
         Ok(t) => ClaimToken(t),
         Err(e) => {
@@ -293,225 +388,11 @@ where
     let claim = ClaimRequest::new(Scope::new(account, key), fp, token)
         .with_key_ttl(s.key_ttl())
         .with_max_rows(s.max_rows(), s.max_rows_per_account());
-    if let Some(answer) = layer.claim(&claim).await {
-        return Ok(answer);
-    }
     let req = Request::from_parts(parts, IdempotencyBody::held(bytes, trailers));
-    // The claimed route runs in a task of its own, to its end, even when the client goes
-    // away (hyper drops a request's future when its connection closes): a route cut off
-    // midway may have done part of its work with no answer stored, and every retry of the
-    // key would then get "outcome unknown", for a person to sort out. Run to its end, the
-    // route's answer is stored and the retry gets it. The request body is already read,
-    // so nothing of the client is needed.
-    let run = async move { layer.run_claimed(claim, inner, req).await };
-    match tokio::spawn(run.in_current_span()).await {
-        Ok(answer) => answer,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(e) => {
-            // Only a runtime shutting down cancels the task.
-            tracing::error!(error = %e, "sw-outbox-idempotency: a claimed route was cancelled");
-            Ok(answers::detail(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                detail::LEDGER_ERROR,
-            ))
-        }
-    }
-}
-
-/// What became of a claimed route's answer body.
-enum Read<B> {
-    /// Streamed or too large to store: handed on as it comes.
-    Passed(Pin<Box<B>>),
-    /// Read up to the bound.
-    Capped(Result<Capped<B>, BoxError>),
-}
-
-/// Whether an answer is passed on unbuffered (and stored as its status only): an event
-/// stream, a body of no exact length (a stream), or one longer than the bound.
-fn is_streamed(headers: &HeaderMap, exact_len: Option<u64>, cap: usize) -> bool {
-    let event_stream = headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.trim_start()
-                .to_ascii_lowercase()
-                .starts_with("text/event-stream")
-        });
-    event_stream || exact_len.is_none_or(|n| n > cap as u64)
+    layer.claim_and_run(claim, trace, inner, req).await
 }
 
 impl IdempotencyLayer {
-    /// Claims the key; `Some(answer)` when the route must not run (a replay, a wait that ran
-    /// out, a refusal).
-    async fn claim<B>(&self, claim: &ClaimRequest) -> Option<Response<IdempotencyBody<B>>> {
-        let s = &*self.settings;
-        let wait_until = tokio::time::Instant::now() + s.in_progress_wait();
-        loop {
-            let since_heartbeat = match self.ledger.begin(claim).await {
-                Ok(Begin::Claimed) => return None,
-                Ok(Begin::Completed(answer)) => return Some(answers::from_stored(answer, true)),
-                Ok(Begin::Reused) => {
-                    return Some(answers::detail(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        detail::KEY_REUSED,
-                    ))
-                }
-                Ok(Begin::Full { retry_after }) => {
-                    return Some(answers::retry_later(detail::LEDGER_FULL, retry_after))
-                }
-                Ok(Begin::Running { since_heartbeat }) => since_heartbeat,
-                Err(e) if e.is_busy() => {
-                    return Some(answers::retry_later(
-                        detail::LEDGER_BUSY,
-                        Duration::from_secs(1),
-                    ))
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "sw-outbox-idempotency: claiming a key failed");
-                    return Some(answers::detail(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        detail::LEDGER_ERROR,
-                    ));
-                }
-            };
-            if since_heartbeat > s.stale_after() {
-                return Some(answers::detail(
-                    StatusCode::CONFLICT,
-                    detail::OUTCOME_UNKNOWN,
-                ));
-            }
-            let left = wait_until.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return Some(answers::detail(StatusCode::CONFLICT, detail::IN_PROGRESS));
-            }
-            tokio::time::sleep(left.min(s.in_progress_poll())).await;
-        }
-    }
-
-    /// Runs the route under a claimed key, heartbeating, and stores what it answered.
-    async fn run_claimed<S, ReqB, ResB>(
-        &self,
-        claim: ClaimRequest,
-        mut inner: S,
-        req: Request<IdempotencyBody<ReqB>>,
-    ) -> Result<Response<IdempotencyBody<ResB>>, S::Error>
-    where
-        S: Service<Request<IdempotencyBody<ReqB>>, Response = Response<ResB>> + Send + 'static,
-        S::Future: Send + 'static,
-        S::Error: Send + 'static,
-        ReqB: Send + 'static,
-        ResB: Body + Send + 'static,
-        ResB::Error: Into<BoxError>,
-        ResB::Data: Send,
-    {
-        let cap = self.settings.max_stored_answer();
-        // Reading a stored answer is part of the work (its body may come slowly): the claim
-        // stays alive until the answer is stored. A streamed answer is not read here.
-        let work = AssertUnwindSafe(async move {
-            let resp = inner.call(req).await?;
-            let (parts, body) = resp.into_parts();
-            let body = Box::pin(body);
-            let read = if is_streamed(&parts.headers, body.size_hint().exact(), cap) {
-                Read::Passed(body)
-            } else {
-                Read::Capped(read_capped(body, cap).await)
-            };
-            Ok::<_, S::Error>((parts, read))
-        })
-        .catch_unwind();
-        let (scope, token) = (&claim.scope, &claim.token);
-        let outcome = tokio::select! {
-            outcome = work => outcome,
-            never = heartbeat(self.ledger.as_ref(), scope, token, self.settings.heartbeat_every()) => match never {},
-        };
-        match outcome {
-            Err(panic) => {
-                self.complete(scope, token, &answers::internal_error_answer())
-                    .await;
-                std::panic::resume_unwind(panic)
-            }
-            Ok(Err(e)) => {
-                // The service failed without an answer; it may have done part of the work.
-                self.complete(scope, token, &answers::internal_error_answer())
-                    .await;
-                Err(e)
-            }
-            Ok(Ok((parts, Read::Capped(Ok(Capped::Whole { data, trailers }))))) => {
-                let answer = StoredAnswer::new(
-                    parts.status.as_u16(),
-                    self.stored_headers(&parts.headers),
-                    data.to_vec(),
-                );
-                self.complete(scope, token, &answer).await;
-                Ok(Response::from_parts(
-                    parts,
-                    IdempotencyBody::held(data, trailers),
-                ))
-            }
-            Ok(Ok((parts, Read::Capped(Ok(Capped::Over(body)))))) => {
-                self.complete_status_only(scope, token, &parts).await;
-                Ok(Response::from_parts(parts, body))
-            }
-            Ok(Ok((parts, Read::Passed(body)))) => {
-                // The route has answered (its status is decided): stored now, and the body
-                // goes to the client as it comes.
-                self.complete_status_only(scope, token, &parts).await;
-                Ok(Response::from_parts(
-                    parts,
-                    IdempotencyBody::pinned(Default::default(), body),
-                ))
-            }
-            Ok(Ok((_, Read::Capped(Err(e))))) => {
-                // The route ran but its answer broke off: a 500 is stored so that retries do
-                // not run it again.
-                tracing::error!(error = %e, "sw-outbox-idempotency: reading a route's answer failed");
-                let answer = answers::internal_error_answer();
-                self.complete(scope, token, &answer).await;
-                Ok(answers::from_stored(answer, false))
-            }
-        }
-    }
-
-    async fn complete_status_only(
-        &self,
-        scope: &Scope,
-        token: &ClaimToken,
-        parts: &http::response::Parts,
-    ) {
-        let answer =
-            StoredAnswer::status_only(parts.status.as_u16(), self.stored_headers(&parts.headers));
-        self.complete(scope, token, &answer).await;
-    }
-
-    fn stored_headers(&self, headers: &HeaderMap) -> Vec<(String, String)> {
-        let mut out = Vec::new();
-        for name in self.settings.stored_headers() {
-            for value in headers.get_all(name) {
-                if let Ok(v) = value.to_str() {
-                    out.push((name.as_str().to_owned(), v.to_owned()));
-                }
-            }
-        }
-        out
-    }
-
-    /// Stores the answer. A busy ledger gets two more tries; if the answer still cannot be
-    /// stored, the claim stays running, stops heartbeating when this request ends, and its
-    /// retries get "outcome unknown": the honest answer when the outcome was not recorded.
-    async fn complete(&self, scope: &Scope, token: &ClaimToken, answer: &StoredAnswer) {
-        const ATTEMPTS: usize = 3;
-        for attempt in 1..=ATTEMPTS {
-            match self.ledger.complete(scope, token, answer).await {
-                Ok(()) => return,
-                Err(e) if e.is_busy() && attempt < ATTEMPTS => {}
-                Err(e) => {
-                    tracing::error!(error = %e, "sw-outbox-idempotency: storing an answer failed");
-                    return;
-                }
-            }
-        }
-    }
-
     /// Deletes expired entries in a task of its own, at most once per `prune_every` (timed
     /// by this process's monotonic clock: only the pace, never what expired).
     fn maybe_prune(&self) {
@@ -539,50 +420,9 @@ impl IdempotencyLayer {
     }
 }
 
-async fn heartbeat(
-    ledger: &dyn Ledger,
-    scope: &Scope,
-    token: &ClaimToken,
-    every: Duration,
-) -> Infallible {
-    // The claim was just written: the first beat is one period away.
-    let start = tokio::time::Instant::now() + every;
-    let mut tick = tokio::time::interval_at(start, every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(e) = ledger.heartbeat(scope, token).await {
-            tracing::warn!(error = %e, "sw-outbox-idempotency: heartbeat failed");
-        }
-    }
-}
-
 /// 32 random bytes from the OS, hex-encoded.
 fn random_token() -> Result<String, getrandom::Error> {
     let mut buf = [0u8; 32];
     getrandom::fill(&mut buf)?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn what_is_streamed() {
-        let mut h = HeaderMap::new();
-        assert!(!is_streamed(&h, Some(10), 10), "known and within the bound");
-        assert!(is_streamed(&h, Some(11), 10), "over the bound");
-        assert!(is_streamed(&h, None, 10), "no exact length");
-        h.insert(
-            CONTENT_TYPE,
-            "Text/Event-Stream; charset=utf-8".parse().unwrap(),
-        );
-        assert!(
-            is_streamed(&h, Some(3), 10),
-            "an event stream, whatever its length"
-        );
-        h.insert(CONTENT_TYPE, "application/json".parse().unwrap());
-        assert!(!is_streamed(&h, Some(0), 10));
-    }
 }

@@ -121,10 +121,13 @@ pub struct Fingerprint {
     pub path: String,
     /// SHA-256 of the request body.
     pub body_sha256: [u8; 32],
+    /// The request's `Content-Type`, trimmed and lower-cased; empty when it had none. The
+    /// same bytes as another type are another request (a form is not its JSON twin).
+    pub content_type: String,
 }
 
 impl Fingerprint {
-    /// The fingerprint of a request.
+    /// The fingerprint of a request without a `Content-Type`.
     pub fn new(
         method: impl Into<String>,
         path: impl Into<String>,
@@ -134,8 +137,27 @@ impl Fingerprint {
             method: method.into(),
             path: path.into(),
             body_sha256,
+            content_type: String::new(),
         }
     }
+
+    /// The same fingerprint with the request's `Content-Type` (normalised here).
+    pub fn with_content_type(mut self, content_type: &str) -> Fingerprint {
+        self.content_type = normalise_content_type(content_type);
+        self
+    }
+}
+
+/// `Application/JSON ; charset=UTF-8` and `application/json;charset=utf-8` are one type:
+/// lower-cased, spaces around `;` and `=` dropped.
+pub(crate) fn normalise_content_type(value: &str) -> String {
+    value
+        .split(';')
+        .map(|part| part.split('=').map(str::trim).collect::<Vec<_>>().join("="))
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(";")
+        .to_ascii_lowercase()
 }
 
 /// An answer as stored for replay.
@@ -235,7 +257,9 @@ pub enum Begin {
     Completed(StoredAnswer),
     /// The same request is running (or died while running). `since_heartbeat` is the age
     /// of its last sign of life by the ledger's clock, from which the caller decides
-    /// between waiting and "outcome unknown".
+    /// between waiting and "outcome unknown". A claim whose row lock is held (a route in
+    /// transactional mode, or another claim being decided this instant) is alive by that
+    /// lock: zero.
     Running {
         /// How long ago the claim was made or last heartbeat.
         since_heartbeat: Duration,
@@ -276,6 +300,11 @@ pub trait Ledger: Send + Sync + fmt::Debug {
 
     /// Deletes expired entries (last sign of life older than `key_ttl`); returns how many.
     fn prune(&self, key_ttl: Duration) -> LedgerFuture<'_, u64>;
+
+    /// Removes a running claim whose route never started (its client went away before it
+    /// could), so the key applies again: its retry runs the write instead of meeting
+    /// "outcome unknown". A no-op if the claim is gone, not ours, or completed.
+    fn release<'a>(&'a self, scope: &'a Scope, token: &'a ClaimToken) -> LedgerFuture<'a, ()>;
 }
 
 /// Milliseconds of a duration, saturating.
@@ -318,7 +347,13 @@ pub(crate) struct Found {
     pub method: String,
     pub path: String,
     pub body_sha256: Vec<u8>,
+    /// `None` for an entry written before the type was part of the fingerprint: it
+    /// matches any type, so a retry across the upgrade still gets its answer.
+    pub content_type: Option<String>,
     pub completed: bool,
+    /// Claimed in transactional mode: alive exactly while its row lock is held.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub held: bool,
     pub age_ms: i64,
     pub status: Option<i64>,
     pub headers: Option<String>,
@@ -327,9 +362,21 @@ pub(crate) struct Found {
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 impl Found {
+    /// Whether the entry is of the same request.
+    pub fn matches(&self, fp: &Fingerprint) -> bool {
+        let same_type = self
+            .content_type
+            .as_deref()
+            .is_none_or(|t| t == fp.content_type);
+        self.method == fp.method
+            && self.path == fp.path
+            && self.body_sha256 == fp.body_sha256
+            && same_type
+    }
+
     /// The outcome for a live (unexpired) entry.
     pub fn outcome(self, fp: &Fingerprint) -> Result<Begin, LedgerError> {
-        if self.method != fp.method || self.path != fp.path || self.body_sha256 != fp.body_sha256 {
+        if !self.matches(fp) {
             return Ok(Begin::Reused);
         }
         if !self.completed {
@@ -371,6 +418,18 @@ mod tests {
         assert_eq!(decode_headers(Some(&encode_headers(&h))).unwrap(), h);
         assert_eq!(decode_headers(None).unwrap(), vec![]);
         assert!(decode_headers(Some("{")).is_err());
+    }
+
+    #[test]
+    fn content_types_are_compared_as_one_type() {
+        let t = |v: &str| Fingerprint::new("POST", "/x", [0; 32]).with_content_type(v);
+        assert_eq!(
+            t("Application/JSON ; charset = UTF-8").content_type,
+            "application/json;charset=utf-8"
+        );
+        assert_eq!(t("application/json").content_type, "application/json");
+        assert_ne!(t("text/plain"), t("application/json"));
+        assert_eq!(Fingerprint::new("POST", "/x", [0; 32]).content_type, "");
     }
 
     #[test]

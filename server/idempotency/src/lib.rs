@@ -38,15 +38,20 @@
 
 mod answers;
 mod body;
+mod claimed;
+mod hold;
 pub mod layer;
 pub mod ledger;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod route;
 pub mod settings;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 #[cfg(feature = "test-support")]
 pub mod testing;
+#[cfg(feature = "postgres")]
+pub mod transactional;
 
 pub use answers::{detail, REPLAYED_HEADER};
 pub use body::{BoxError, IdempotencyBody};
@@ -60,3 +65,5 @@ pub use postgres::{PgLedger, TableName};
 pub use settings::{default_stored_headers, KeyRule, Settings, SettingsBuilder, SettingsError};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteLedger;
+#[cfg(feature = "postgres")]
+pub use transactional::{ClaimTransaction, TransactionConn};

@@ -38,9 +38,10 @@ use crate::ledger::{
     encode_headers, millis, retry_after, Begin, ClaimRequest, ClaimToken, Found, Ledger,
     LedgerError, LedgerFuture, Scope, StoredAnswer, DEFAULT_LOCK_WAIT,
 };
+#[cfg(feature = "test-support")]
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, Postgres};
-use sqlx::{Connection, Row, Transaction};
+use sqlx::{Row, Transaction};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +54,11 @@ const MIGRATION_LOCK: i64 = 0x5357_4f55_5442_4f58; // "SWOUTBOX"
 /// The database's clock, in the ledger's unit (milliseconds since the Unix epoch): the
 /// start of the current statement.
 const NOW_MS: &str = "(extract(epoch from statement_timestamp()) * 1000)::bigint";
+
+/// The columns a claim reads of an existing entry.
+const ROW: &str = "SELECT method, path, body_sha256, state, content_type, held,
+        (extract(epoch from statement_timestamp()) * 1000)::bigint - heartbeat_ms AS age_ms,
+        status, headers, body";
 
 /// How often `begin` starts over when the entry it collided with is deleted (pruned or
 /// cleared) before it could lock it. Once is already rare; three times means something is
@@ -172,9 +178,16 @@ CREATE TABLE IF NOT EXISTS {t} (
     status INTEGER,
     headers TEXT,
     body BYTEA,
+    -- The request's Content-Type (part of its fingerprint); NULL in entries from before it
+    -- was, which match a retry of any type.
+    content_type TEXT,
+    -- Claimed in transactional mode: alive exactly while its row lock is held.
+    held BOOLEAN NOT NULL DEFAULT false,
     PRIMARY KEY (account, idem_key)
 );
--- A table of the first layout kept Content-Type and Location in columns of their own.
+-- A table of the first layout kept the answer's Content-Type and Location in columns of
+-- their own: the answer's type moves into the stored headers, and the column is then the
+-- request's, NULL for these entries.
 DO $$
 BEGIN
   IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('{t}')
@@ -187,8 +200,12 @@ BEGIN
       FROM (VALUES ('content-type', content_type), ('location', location)) AS h(n, v)
       WHERE h.v IS NOT NULL)
     WHERE state = 'completed';
+    UPDATE {t} SET content_type = NULL;
   END IF;
 END $$;
+-- Tables of the second layout: no request type, no transactional mode.
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS content_type TEXT;
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS held BOOLEAN NOT NULL DEFAULT false;
 -- Expiry and pruning go by the last sign of life.
 CREATE INDEX IF NOT EXISTS {heartbeat_index} ON {t} (heartbeat_ms);
 DROP INDEX IF EXISTS {old_index};
@@ -206,10 +223,13 @@ struct Sql {
     count_account: String,
     oldest_all: String,
     oldest_account: String,
-    select_for_update: String,
-    replace_expired: String,
+    lock_row: String,
+    read_row: String,
+    lock_own: String,
+    replace: String,
     heartbeat: String,
     complete: String,
+    release: String,
     prune: String,
 }
 
@@ -227,8 +247,8 @@ impl Sql {
             insert: format!(
                 "INSERT INTO {t}
                      (account, idem_key, method, path, body_sha256, claim_token, state,
-                      created_ms, heartbeat_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, 'running', {NOW_MS}, {NOW_MS})
+                      created_ms, heartbeat_ms, content_type, held)
+                 VALUES ($1, $2, $3, $4, $5, $6, 'running', {NOW_MS}, {NOW_MS}, $7, $8)
                  ON CONFLICT (account, idem_key) DO NOTHING"
             ),
             count_all: format!("SELECT count(*) FROM {t}"),
@@ -250,17 +270,23 @@ impl Sql {
             oldest_account: format!(
                 "SELECT {NOW_MS} - min(heartbeat_ms) FROM {t} WHERE {live} AND account = $2"
             ),
-            select_for_update: format!(
-                "SELECT method, path, body_sha256, state, {NOW_MS} - heartbeat_ms AS age_ms,
-                        status, headers, body
-                 FROM {t} WHERE account = $1 AND idem_key = $2
-                 FOR UPDATE"
+            // SKIP LOCKED: a row locked by another transaction (a route in transactional
+            // mode, or another claim deciding this instant) is read without the lock
+            // (`read_row`) instead of waited for.
+            lock_row: format!(
+                "{ROW} FROM {t} WHERE account = $1 AND idem_key = $2 FOR UPDATE SKIP LOCKED"
             ),
-            replace_expired: format!(
+            read_row: format!("{ROW} FROM {t} WHERE account = $1 AND idem_key = $2"),
+            lock_own: format!(
+                "SELECT 1 FROM {t}
+                 WHERE account = $1 AND idem_key = $2 AND claim_token = $3 AND state = 'running'
+                 FOR UPDATE SKIP LOCKED"
+            ),
+            replace: format!(
                 "UPDATE {t}
                  SET method = $3, path = $4, body_sha256 = $5, claim_token = $6,
                      state = 'running', created_ms = {NOW_MS}, heartbeat_ms = {NOW_MS},
-                     status = NULL, headers = NULL, body = NULL
+                     status = NULL, headers = NULL, body = NULL, content_type = $7, held = $8
                  WHERE account = $1 AND idem_key = $2"
             ),
             heartbeat: format!(
@@ -271,6 +297,10 @@ impl Sql {
                 "UPDATE {t}
                  SET state = 'completed', status = $4, headers = $5, body = $6,
                      heartbeat_ms = {NOW_MS}
+                 WHERE account = $1 AND idem_key = $2 AND claim_token = $3 AND state = 'running'"
+            ),
+            release: format!(
+                "DELETE FROM {t}
                  WHERE account = $1 AND idem_key = $2 AND claim_token = $3 AND state = 'running'"
             ),
             prune: format!("DELETE FROM {t} WHERE heartbeat_ms < {NOW_MS} - $1"),
@@ -358,6 +388,11 @@ impl PgLedger {
     /// start.
     pub async fn migrate(&self) -> Result<(), LedgerError> {
         let mut tx = self.pool.begin().await?;
+        // `CREATE … IF NOT EXISTS` on a table that exists is a NOTICE ("already exists,
+        // skipping"), which sqlx logs as a warning: not on every start.
+        sqlx::query("SET LOCAL client_min_messages = warning")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(MIGRATION_LOCK)
             .execute(&mut *tx)
@@ -369,41 +404,49 @@ impl PgLedger {
         Ok(())
     }
 
+    #[cfg(feature = "test-support")]
     async fn acquire(&self) -> Result<PoolConnection<Postgres>, LedgerError> {
         tokio::time::timeout(self.lock_wait, self.pool.acquire())
             .await
-            .map_err(|_| {
-                LedgerError::busy(format!(
-                    "postgres: no pooled connection within {:?}",
-                    self.lock_wait
-                ))
-            })?
+            .map_err(|_| self.no_connection())?
             .map_err(LedgerError::from)
     }
 
-    /// A transaction of the ledger's kind (READ COMMITTED, lock waits bounded) on `conn`.
-    async fn transaction<'c>(
-        &self,
-        conn: &'c mut PoolConnection<Postgres>,
-    ) -> Result<Transaction<'c, Postgres>, LedgerError> {
-        Ok(conn.begin_with(self.sql.begin.clone()).await?)
+    fn no_connection(&self) -> LedgerError {
+        LedgerError::busy(format!(
+            "postgres: no pooled connection within {:?}",
+            self.lock_wait
+        ))
     }
 
-    /// `alive` says whether the request that asked is still waiting for the answer: a new
-    /// claim is only committed for a request that will run the route.
-    async fn begin_async(
+    /// A transaction of the ledger's kind (READ COMMITTED, lock waits bounded) on a pooled
+    /// connection it owns, so it can outlive the call (transactional mode hands it to the
+    /// route).
+    pub(crate) async fn transaction(&self) -> Result<Transaction<'static, Postgres>, LedgerError> {
+        tokio::time::timeout(self.lock_wait, self.pool.begin_with(self.sql.begin.clone()))
+            .await
+            .map_err(|_| self.no_connection())?
+            .map_err(LedgerError::from)
+    }
+
+    /// Claims `c`: [`Hold::Committed`] commits a new claim before returning (the plain
+    /// layer); [`Hold::Locked`] returns it in an open transaction holding its row lock (the
+    /// route's transaction in transactional mode). `alive` says whether the request that
+    /// asked still waits: a new claim is committed only for one that will run the route.
+    pub(crate) async fn claim(
         &self,
         c: &ClaimRequest,
-        alive: &(dyn Fn() -> bool + Sync),
-    ) -> Result<Begin, LedgerError> {
-        let mut conn = self.acquire().await?;
+        hold: Hold,
+        alive: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<Claim, LedgerError> {
         let sql = &*self.sql;
         let ttl = millis(c.key_ttl);
         let (account, key) = (&c.scope.account, &c.scope.key);
         let fp = &c.fingerprint;
         let sha = fp.body_sha256.as_slice();
+        let held = hold == Hold::Locked;
         for _ in 0..BEGIN_ATTEMPTS {
-            let mut tx = self.transaction(&mut conn).await?;
+            let mut tx = self.transaction().await?;
             let inserted = sqlx::query(&sql.insert)
                 .bind(account)
                 .bind(key)
@@ -411,122 +454,266 @@ impl PgLedger {
                 .bind(&fp.path)
                 .bind(sha)
                 .bind(&c.token.0)
+                .bind(&fp.content_type)
+                .bind(held)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
             if inserted == 1 {
-                if let Some(per_account) = c.max_rows_per_account {
-                    let held: i64 = sqlx::query_scalar(&sql.count_account)
-                        .bind(ttl)
-                        .bind(account)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    if u64::try_from(held).unwrap_or(0) > per_account {
-                        let oldest: Option<i64> = sqlx::query_scalar(&sql.oldest_account)
-                            .bind(ttl)
-                            .bind(account)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                        tx.rollback().await?;
-                        return Ok(Begin::Full {
-                            retry_after: retry_after(c.key_ttl, oldest),
-                        });
-                    }
+                if let Some(full) = self.over_bounds(&mut tx, c).await? {
+                    tx.rollback().await?;
+                    return Ok(Claim::Decided(full));
                 }
-                let mut held: i64 = sqlx::query_scalar(&sql.count_near_bound)
-                    .bind(i64::try_from(c.max_rows).unwrap_or(i64::MAX))
-                    .fetch_one(&mut *tx)
-                    .await?;
-                if u64::try_from(held).unwrap_or(0) > c.max_rows {
-                    // Expired entries are forgotten already: deleting them makes room.
-                    // Nothing else may go.
-                    sqlx::query(&sql.prune).bind(ttl).execute(&mut *tx).await?;
-                    held = sqlx::query_scalar(&sql.count_all)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    if u64::try_from(held).unwrap_or(0) > c.max_rows {
-                        let oldest: Option<i64> = sqlx::query_scalar(&sql.oldest_all)
-                            .bind(ttl)
-                            .fetch_one(&mut *tx)
-                            .await?;
-                        tx.rollback().await?;
-                        return Ok(Begin::Full {
-                            retry_after: retry_after(c.key_ttl, oldest),
-                        });
-                    }
+                if !alive() {
+                    tx.rollback().await?;
+                    return Err(LedgerError::failed(
+                        "postgres: the request went away before its claim was committed",
+                    ));
                 }
-                return commit_claim(tx, alive).await;
+                tx.commit().await?;
+                return match hold {
+                    Hold::Committed => Ok(Claim::Decided(Begin::Claimed)),
+                    Hold::Locked => self.lock_own(c).await,
+                };
             }
-            let Some(row) = sqlx::query(&sql.select_for_update)
+            let found = match sqlx::query(&sql.lock_row)
                 .bind(account)
                 .bind(key)
                 .fetch_optional(&mut *tx)
                 .await?
-            else {
-                // Deleted between the two statements (prune, clear): start over.
-                tx.rollback().await?;
-                continue;
+            {
+                Some(row) => found(&row)?,
+                None => {
+                    // Locked by another transaction, or deleted (prune, clear) since the insert.
+                    let row = sqlx::query(&sql.read_row)
+                        .bind(account)
+                        .bind(key)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    tx.rollback().await?;
+                    let Some(row) = row else {
+                        continue;
+                    };
+                    return Ok(Claim::Decided(locked_outcome(found(&row)?, fp, ttl)?));
+                }
             };
-            let state: String = row.try_get("state")?;
-            let found = Found {
-                method: row.try_get("method")?,
-                path: row.try_get("path")?,
-                body_sha256: row.try_get("body_sha256")?,
-                completed: state == "completed",
-                age_ms: row.try_get("age_ms")?,
-                status: row.try_get::<Option<i32>, _>("status")?.map(i64::from),
-                headers: row.try_get("headers")?,
-                body: row.try_get("body")?,
-            };
-            if found.age_ms <= ttl {
+            // We hold its lock. A transactional claim still running without its lock is one
+            // whose transaction ended without committing (its process died, or it never
+            // started its route): nothing of its write was committed, so it is taken over,
+            // as an expired entry is.
+            let abandoned = found.held && !found.completed && found.matches(fp);
+            if found.age_ms <= ttl && !abandoned {
                 // Nothing was written; this only releases the row lock.
                 tx.rollback().await?;
-                return found.outcome(fp);
+                return Ok(Claim::Decided(found.outcome(fp)?));
             }
-            // Expired (no sign of life for a whole key window): replaced by this claim.
-            sqlx::query(&sql.replace_expired)
+            sqlx::query(&sql.replace)
                 .bind(account)
                 .bind(key)
                 .bind(&fp.method)
                 .bind(&fp.path)
                 .bind(sha)
                 .bind(&c.token.0)
+                .bind(&fp.content_type)
+                .bind(held)
                 .execute(&mut *tx)
                 .await?;
-            return commit_claim(tx, alive).await;
+            return match hold {
+                Hold::Committed if !alive() => {
+                    tx.rollback().await?;
+                    Err(LedgerError::failed(
+                        "postgres: the request went away before its claim was committed",
+                    ))
+                }
+                Hold::Committed => {
+                    tx.commit().await?;
+                    Ok(Claim::Decided(Begin::Claimed))
+                }
+                // Uncommitted: if this transaction ends without committing, the entry is
+                // as it was, and the next retry takes it over in turn.
+                Hold::Locked => Ok(Claim::Locked(tx)),
+            };
         }
         Err(LedgerError::failed(format!(
             "the entry kept disappearing while being claimed ({BEGIN_ATTEMPTS} attempts)"
         )))
     }
+
+    /// `Some(Full)` when the new claim in `tx` passes a row bound.
+    async fn over_bounds(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        c: &ClaimRequest,
+    ) -> Result<Option<Begin>, LedgerError> {
+        let sql = &*self.sql;
+        let ttl = millis(c.key_ttl);
+        let account = &c.scope.account;
+        if let Some(per_account) = c.max_rows_per_account {
+            let held: i64 = sqlx::query_scalar(&sql.count_account)
+                .bind(ttl)
+                .bind(account)
+                .fetch_one(&mut **tx)
+                .await?;
+            if u64::try_from(held).unwrap_or(0) > per_account {
+                let oldest: Option<i64> = sqlx::query_scalar(&sql.oldest_account)
+                    .bind(ttl)
+                    .bind(account)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                return Ok(Some(Begin::Full {
+                    retry_after: retry_after(c.key_ttl, oldest),
+                }));
+            }
+        }
+        let mut held: i64 = sqlx::query_scalar(&sql.count_near_bound)
+            .bind(i64::try_from(c.max_rows).unwrap_or(i64::MAX))
+            .fetch_one(&mut **tx)
+            .await?;
+        if u64::try_from(held).unwrap_or(0) > c.max_rows {
+            // Expired entries are forgotten already: deleting them makes room. Nothing
+            // else may go.
+            sqlx::query(&sql.prune).bind(ttl).execute(&mut **tx).await?;
+            held = sqlx::query_scalar(&sql.count_all)
+                .fetch_one(&mut **tx)
+                .await?;
+            if u64::try_from(held).unwrap_or(0) > c.max_rows {
+                let oldest: Option<i64> = sqlx::query_scalar(&sql.oldest_all)
+                    .bind(ttl)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                return Ok(Some(Begin::Full {
+                    retry_after: retry_after(c.key_ttl, oldest),
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes the row lock of the claim just committed, in the transaction the route will
+    /// get. Between the two, a retry may have taken the claim over (it read it as
+    /// abandoned): then this request waits for that one's answer like any copy.
+    async fn lock_own(&self, c: &ClaimRequest) -> Result<Claim, LedgerError> {
+        let mut tx = self.transaction().await?;
+        let mine = sqlx::query(&self.sql.lock_own)
+            .bind(&c.scope.account)
+            .bind(&c.scope.key)
+            .bind(&c.token.0)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if mine.is_some() {
+            return Ok(Claim::Locked(tx));
+        }
+        tx.rollback().await?;
+        Ok(Claim::Decided(Begin::Running {
+            since_heartbeat: Duration::ZERO,
+        }))
+    }
+
+    /// Completes the claim in `tx` with `answer` and commits: the route's writes and the
+    /// key's answer together, or neither.
+    pub(crate) async fn complete_in(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        scope: &Scope,
+        token: &ClaimToken,
+        answer: &StoredAnswer,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(&self.sql.complete)
+            .bind(&scope.account)
+            .bind(&scope.key)
+            .bind(&token.0)
+            .bind(i32::from(answer.status))
+            .bind(encode_headers(&answer.headers))
+            .bind(answer.body.as_deref())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Removes the claim in `tx` (its route never started) and commits.
+    pub(crate) async fn release_in(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        scope: &Scope,
+        token: &ClaimToken,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(&self.sql.release)
+            .bind(&scope.account)
+            .bind(&scope.key)
+            .bind(&token.0)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
 }
 
-/// Commits a new claim if the request that asked for it still waits; else rolls it back.
-async fn commit_claim(
-    tx: Transaction<'_, Postgres>,
-    alive: &(dyn Fn() -> bool + Sync),
+/// How a new claim is held while its route runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Hold {
+    /// Committed before the route runs, alive by its heartbeat (the plain layer).
+    Committed,
+    /// Held by its row lock in the route's own transaction (transactional mode).
+    Locked,
+}
+
+/// What [`PgLedger::claim`] came to.
+pub(crate) enum Claim {
+    /// Anything but a claim held in a transaction.
+    Decided(Begin),
+    /// Claimed, in this transaction, which holds the row lock.
+    Locked(Transaction<'static, Postgres>),
+}
+
+fn found(row: &sqlx::postgres::PgRow) -> Result<Found, LedgerError> {
+    let state: String = row.try_get("state")?;
+    Ok(Found {
+        method: row.try_get("method")?,
+        path: row.try_get("path")?,
+        body_sha256: row.try_get("body_sha256")?,
+        content_type: row.try_get("content_type")?,
+        completed: state == "completed",
+        held: row.try_get("held")?,
+        age_ms: row.try_get("age_ms")?,
+        status: row.try_get::<Option<i32>, _>("status")?.map(i64::from),
+        headers: row.try_get("headers")?,
+        body: row.try_get("body")?,
+    })
+}
+
+/// The outcome for an entry another transaction holds locked: a running claim is alive by
+/// that lock; a completed one is final (replayed, or another request's); an expired one is
+/// being replaced this instant.
+fn locked_outcome(
+    found: Found,
+    fp: &crate::ledger::Fingerprint,
+    ttl: i64,
 ) -> Result<Begin, LedgerError> {
-    if !alive() {
-        tx.rollback().await?;
-        return Err(LedgerError::failed(
-            "postgres: the request went away before its claim was committed",
-        ));
+    if found.age_ms > ttl {
+        return Ok(Begin::Running {
+            since_heartbeat: Duration::ZERO,
+        });
     }
-    tx.commit().await?;
-    Ok(Begin::Claimed)
+    Ok(match found.outcome(fp)? {
+        Begin::Running { .. } => Begin::Running {
+            since_heartbeat: Duration::ZERO,
+        },
+        other => other,
+    })
 }
 
 /// Runs a ledger call in a task of its own, to its end whatever becomes of the caller (see
-/// the module documentation); the task is told whether the caller still waits.
+/// the module documentation); the call is told whether the caller still waits.
 fn detached<T, F, Fut>(call: F) -> LedgerFuture<'static, T>
 where
     T: Send + 'static,
-    F: FnOnce(Arc<dyn Fn() -> bool + Send + Sync>) -> Fut,
+    F: FnOnce(Alive) -> Fut,
     Fut: std::future::Future<Output = Result<T, LedgerError>> + Send + 'static,
 {
     let (send, receive) = tokio::sync::oneshot::channel();
     let waiting = Arc::new(std::sync::Mutex::new(Some(send)));
-    let alive: Arc<dyn Fn() -> bool + Send + Sync> = {
+    let alive: Alive = {
         let waiting = waiting.clone();
         Arc::new(move || {
             waiting
@@ -549,15 +736,33 @@ where
     })
 }
 
+/// Whether the caller of a detached call still waits for its result.
+pub(crate) type Alive = Arc<dyn Fn() -> bool + Send + Sync>;
+
 impl Ledger for PgLedger {
     fn begin<'a>(&'a self, claim: &'a ClaimRequest) -> LedgerFuture<'a, Begin> {
         let (ledger, claim) = (self.clone(), claim.clone());
-        detached(move |alive| async move { ledger.begin_async(&claim, &*alive).await })
+        detached(move |alive| async move {
+            match ledger.claim(&claim, Hold::Committed, &*alive).await? {
+                Claim::Decided(begin) => Ok(begin),
+                // Never: only `Hold::Locked` returns an open transaction.
+                Claim::Locked(tx) => {
+                    tx.rollback().await?;
+                    Err(LedgerError::failed(
+                        "postgres: a plain claim came back uncommitted",
+                    ))
+                }
+            }
+        })
     }
 
     fn heartbeat<'a>(&'a self, scope: &'a Scope, token: &'a ClaimToken) -> LedgerFuture<'a, ()> {
         let (ledger, scope, token) = (self.clone(), scope.clone(), token.clone());
-        detached(move |_| async move { ledger.heartbeat_async(&scope, &token).await })
+        detached(move |_| async move {
+            ledger
+                .statement(&ledger.sql.heartbeat, &scope, &token)
+                .await
+        })
     }
 
     fn complete<'a>(
@@ -568,44 +773,39 @@ impl Ledger for PgLedger {
     ) -> LedgerFuture<'a, ()> {
         let (ledger, scope, token) = (self.clone(), scope.clone(), token.clone());
         let answer = answer.clone();
-        detached(move |_| async move { ledger.complete_async(&scope, &token, &answer).await })
+        detached(move |_| async move {
+            let tx = ledger.transaction().await?;
+            ledger.complete_in(tx, &scope, &token, &answer).await
+        })
     }
 
     fn prune(&self, key_ttl: Duration) -> LedgerFuture<'_, u64> {
         let ledger = self.clone();
         detached(move |_| async move { ledger.prune_async(key_ttl).await })
     }
+
+    fn release<'a>(&'a self, scope: &'a Scope, token: &'a ClaimToken) -> LedgerFuture<'a, ()> {
+        let (ledger, scope, token) = (self.clone(), scope.clone(), token.clone());
+        detached(
+            move |_| async move { ledger.statement(&ledger.sql.release, &scope, &token).await },
+        )
+    }
 }
 
 impl PgLedger {
-    async fn heartbeat_async(&self, scope: &Scope, token: &ClaimToken) -> Result<(), LedgerError> {
-        let mut conn = self.acquire().await?;
-        let mut tx = self.transaction(&mut conn).await?;
-        sqlx::query(&self.sql.heartbeat)
-            .bind(&scope.account)
-            .bind(&scope.key)
-            .bind(&token.0)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn complete_async(
+    /// One statement on a claim (`$1` account, `$2` key, `$3` token) in a transaction of
+    /// its own.
+    async fn statement(
         &self,
+        sql: &str,
         scope: &Scope,
         token: &ClaimToken,
-        answer: &StoredAnswer,
     ) -> Result<(), LedgerError> {
-        let mut conn = self.acquire().await?;
-        let mut tx = self.transaction(&mut conn).await?;
-        sqlx::query(&self.sql.complete)
+        let mut tx = self.transaction().await?;
+        sqlx::query(sql)
             .bind(&scope.account)
             .bind(&scope.key)
             .bind(&token.0)
-            .bind(i32::from(answer.status))
-            .bind(encode_headers(&answer.headers))
-            .bind(answer.body.as_deref())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -613,8 +813,7 @@ impl PgLedger {
     }
 
     async fn prune_async(&self, key_ttl: Duration) -> Result<u64, LedgerError> {
-        let mut conn = self.acquire().await?;
-        let mut tx = self.transaction(&mut conn).await?;
+        let mut tx = self.transaction().await?;
         let n = sqlx::query(&self.sql.prune)
             .bind(millis(key_ttl))
             .execute(&mut *tx)

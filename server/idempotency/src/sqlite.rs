@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS idempotency (
     status INTEGER,
     headers TEXT,
     body BLOB,
+    content_type TEXT,
     PRIMARY KEY (account, idem_key)
 );
 CREATE INDEX IF NOT EXISTS idempotency_heartbeat ON idempotency (heartbeat_ms);
@@ -134,15 +135,33 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Tables written before stored headers were a list kept `Content-Type` and `Location` in
-/// columns of their own; their completed entries get the list, so they replay the same.
+/// Brings a table of an earlier layout up to this one:
+///
+/// - the first layout kept the answer's `Content-Type` and `Location` in columns of their
+///   own (`content_type`, `location`); its completed entries get the stored-header list,
+///   so they replay the same, and that `content_type` column is then the request's, as
+///   now — NULL for the entries it held, which match a retry of any type;
+/// - the second had no `content_type`: it is added, NULL for the same reason.
 fn upgrade(conn: &Connection) -> Result<(), LedgerError> {
     let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('idempotency')")?;
     let columns: Vec<String> = stmt
         .query_map([], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     let has = |c: &str| columns.iter().any(|n| n == c);
-    if has("headers") || !has("content_type") {
+    if columns.is_empty() {
+        return Ok(());
+    }
+    if has("headers") {
+        if !has("content_type") {
+            conn.execute_batch("ALTER TABLE idempotency ADD COLUMN content_type TEXT")?;
+        }
+        return Ok(());
+    }
+    if !has("content_type") {
+        conn.execute_batch(
+            "ALTER TABLE idempotency ADD COLUMN headers TEXT;
+             ALTER TABLE idempotency ADD COLUMN content_type TEXT;",
+        )?;
         return Ok(());
     }
     conn.execute_batch("ALTER TABLE idempotency ADD COLUMN headers TEXT")?;
@@ -163,6 +182,7 @@ fn upgrade(conn: &Connection) -> Result<(), LedgerError> {
             params![encode_headers(&headers), rowid],
         )?;
     }
+    conn.execute_batch("UPDATE idempotency SET content_type = NULL")?;
     Ok(())
 }
 
@@ -184,7 +204,8 @@ fn begin_sync(conn: &mut Connection, c: &ClaimRequest) -> Result<Begin, LedgerEr
     let expired_before = now.saturating_sub(ttl);
     let found = tx
         .query_row(
-            "SELECT method, path, body_sha256, state, heartbeat_ms, status, headers, body
+            "SELECT method, path, body_sha256, state, heartbeat_ms, status, headers, body,
+                    content_type
              FROM idempotency WHERE account = ?1 AND idem_key = ?2",
             params![c.scope.account, c.scope.key],
             |r| {
@@ -194,7 +215,9 @@ fn begin_sync(conn: &mut Connection, c: &ClaimRequest) -> Result<Begin, LedgerEr
                     method: r.get(0)?,
                     path: r.get(1)?,
                     body_sha256: r.get(2)?,
+                    content_type: r.get(8)?,
                     completed: state == "completed",
+                    held: false,
                     age_ms: now.saturating_sub(heartbeat_ms),
                     status: r.get(5)?,
                     headers: r.get(6)?,
@@ -264,8 +287,8 @@ fn begin_sync(conn: &mut Connection, c: &ClaimRequest) -> Result<Begin, LedgerEr
     tx.execute(
         "INSERT OR REPLACE INTO idempotency
              (account, idem_key, method, path, body_sha256, claim_token, state,
-              created_ms, heartbeat_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?7)",
+              created_ms, heartbeat_ms, content_type)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'running', ?7, ?7, ?8)",
         params![
             c.scope.account,
             c.scope.key,
@@ -273,7 +296,8 @@ fn begin_sync(conn: &mut Connection, c: &ClaimRequest) -> Result<Begin, LedgerEr
             c.fingerprint.path,
             c.fingerprint.body_sha256.as_slice(),
             c.token.0,
-            now
+            now,
+            c.fingerprint.content_type
         ],
     )?;
     tx.commit()?;
@@ -324,6 +348,18 @@ impl Ledger for SqliteLedger {
                     body,
                     now_ms()
                 ],
+            )?;
+            Ok(())
+        }))
+    }
+
+    fn release<'a>(&'a self, scope: &'a Scope, token: &'a ClaimToken) -> LedgerFuture<'a, ()> {
+        let (scope, token) = (scope.clone(), token.clone());
+        Box::pin(self.call(move |conn| {
+            conn.execute(
+                "DELETE FROM idempotency
+                 WHERE account = ?1 AND idem_key = ?2 AND claim_token = ?3 AND state = 'running'",
+                params![scope.account, scope.key, token.0],
             )?;
             Ok(())
         }))

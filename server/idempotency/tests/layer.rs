@@ -33,7 +33,8 @@ on_both_ledgers!(
     a_cancelled_request_runs_to_its_end_and_its_retry_gets_the_answer,
     crash_window_a_claim_left_by_a_dead_process,
     an_answer_over_the_bound_is_stored_as_its_status,
-    a_request_body_over_the_bound_passes_through_unbuffered,
+    a_keyed_body_over_the_bound_is_refused_not_run,
+    the_content_type_is_part_of_the_fingerprint,
     a_panicking_route_stores_500_and_the_panic_goes_on,
     a_busy_ledger_answers_503_retry_after_1,
     a_full_ledger_answers_503_and_forgets_no_key,
@@ -491,15 +492,30 @@ async fn in_progress_after_the_wait_and_alive_past_the_stale_bound(backend: Back
 }
 
 /// A client that goes away mid-route (hyper drops the request's future when its
-/// connection closes): the claim is committed, and the route runs to its end anyway, so
-/// its answer is stored and the client's retry gets it, instead of "outcome unknown".
+/// connection closes): the claim is committed and the route started, and it runs to its
+/// end anyway, so its answer is stored and the client's retry gets it, instead of
+/// "outcome unknown". (One that goes away before its route started has its claim removed
+/// instead: claim_race.rs.)
 async fn a_cancelled_request_runs_to_its_end_and_its_retry_gets_the_answer(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
     let (app, counts) = plain_app(&ledger, fast_settings());
-    let gone = tokio::time::timeout(Duration::from_millis(150), post_slow(&app, "cut", 1200)).await;
-    assert!(gone.is_err(), "the first attempt was cut off");
+    {
+        let first = post_slow(&app, "cut", 1200);
+        tokio::pin!(first);
+        // Cut off once the route has started (its 1.2 s sleep under way).
+        let started = async {
+            while counts.started() == 0 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        tokio::select! {
+            _ = &mut first => panic!("the first attempt answered before it was cut off"),
+            _ = started => {}
+        }
+    }
     assert_eq!((counts.started(), counts.finished()), (1, 0));
     // Right after: the route still runs, so the key is in progress (the wait is 300 ms).
     assert_eq!(
@@ -590,19 +606,32 @@ async fn an_answer_over_the_bound_is_stored_as_its_status(backend: Backend) {
     assert_eq!(counts.started(), 1, "and it did not run again");
 }
 
-async fn a_request_body_over_the_bound_passes_through_unbuffered(backend: Backend) {
+/// Fail closed (contract 10.4): a keyed write whose body the layer cannot fingerprint is
+/// refused with 413 naming the bound and how to raise it, never run unprotected (before:
+/// it passed through, and each copy ran again). Without a key it is the app's as ever.
+async fn a_keyed_body_over_the_bound_is_refused_not_run(backend: Backend) {
     let Some(ledger) = ledger_on(backend).await else {
         return;
     };
     let settings = fast().max_request_body(1000).build().expect("valid");
     let (app, counts) = plain_app(&ledger, settings);
     let body = "b".repeat(1001);
-    // Over the bound: no idempotency, whatever the key (the app answers as without the layer).
     for _ in 0..2 {
         let r = post_as(&app, "alice", Some("huge"), "/length", &body).await;
-        assert_eq!((r.status, r.replayed()), (200, false));
-        assert_eq!(r.body, "1001", "the route got the whole body");
+        assert_eq!(r.status, 413, "{}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.detail(), "idempotency_body_too_large");
+        assert_eq!(r.json()["max_request_body"], 1000);
+        let message = r.json()["message"].as_str().unwrap_or("").to_owned();
+        assert!(message.contains("1000 bytes"), "{message}");
+        assert!(
+            message.contains("max_request_body("),
+            "how to raise it: {message}"
+        );
     }
+    assert_eq!(counts.started(), 0, "never run");
+    // Without a key, no idempotency is asked for: the route gets the whole body.
+    let r = post_as(&app, "alice", None, "/length", &body).await;
+    assert_eq!((r.status, r.body.as_ref()), (200, b"1001".as_ref()));
     let at_bound = "b".repeat(1000);
     post_as(&app, "alice", Some("at-bound"), "/length", &at_bound).await;
     assert!(
@@ -610,10 +639,9 @@ async fn a_request_body_over_the_bound_passes_through_unbuffered(backend: Backen
             .await
             .replayed()
     );
-    assert_eq!(counts.started(), 3);
+    assert_eq!(counts.started(), 2);
 
-    // A body that never ends: the layer passes it on after the bound instead of waiting
-    // for the rest (the route answers without reading it).
+    // A body that never ends: refused at the bound, without waiting for the rest.
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
     tx.send(Ok(Bytes::from(vec![b'c'; 600])))
         .await
@@ -634,7 +662,7 @@ async fn a_request_body_over_the_bound_passes_through_unbuffered(backend: Backen
     )
     .await
     .expect("answered while the body was still open");
-    assert_eq!((answered.status, answered.replayed()), (200, false));
+    assert_eq!(answered.status, 413);
     drop(tx);
     // A declared length over the bound is not even read.
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(1);
@@ -655,9 +683,38 @@ async fn a_request_body_over_the_bound_passes_through_unbuffered(backend: Backen
     )
     .await
     .expect("answered before any byte arrived");
-    assert_eq!(answered.status, 200);
+    assert_eq!(answered.status, 413);
     drop(tx);
-    assert_eq!(counts.started(), 5);
+    assert_eq!(counts.started(), 2, "neither ran");
+}
+
+/// `Content-Type` is part of the fingerprint (contract 10.1): the same bytes as another
+/// type are another request (before: the first answer was replayed to it).
+async fn the_content_type_is_part_of_the_fingerprint(backend: Backend) {
+    let Some(ledger) = ledger_on(backend).await else {
+        return;
+    };
+    let (app, counts) = plain_app(&ledger, fast_settings());
+    let send = |ct: &'static str| {
+        let app = app.clone();
+        async move {
+            let h = [
+                ("x-user", "alice"),
+                ("idempotency-key", "typed"),
+                ("content-type", ct),
+            ];
+            call(&app, request("POST", "/orders", &h, Body::from("a=1"))).await
+        }
+    };
+    assert_eq!(send("application/x-www-form-urlencoded").await.status, 201);
+    let same = send("Application/X-WWW-Form-URLencoded").await;
+    assert!(same.replayed(), "the same type, however it is spelled");
+    let other = send("text/plain").await;
+    assert_eq!(
+        (other.status, other.detail().as_str()),
+        (422, "idempotency_key_reused")
+    );
+    assert_eq!(counts.started(), 1);
 }
 
 async fn a_panicking_route_stores_500_and_the_panic_goes_on(backend: Backend) {

@@ -14,9 +14,16 @@ CREATE TABLE IF NOT EXISTS "idempotency" (
     status INTEGER,
     headers TEXT,
     body BYTEA,
+    -- The request's Content-Type (part of its fingerprint); NULL in entries from before it
+    -- was, which match a retry of any type.
+    content_type TEXT,
+    -- Claimed in transactional mode: alive exactly while its row lock is held.
+    held BOOLEAN NOT NULL DEFAULT false,
     PRIMARY KEY (account, idem_key)
 );
--- A table of the first layout kept Content-Type and Location in columns of their own.
+-- A table of the first layout kept the answer's Content-Type and Location in columns of
+-- their own: the answer's type moves into the stored headers, and the column is then the
+-- request's, NULL for these entries.
 DO $$
 BEGIN
   IF EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('"idempotency"')
@@ -29,8 +36,12 @@ BEGIN
       FROM (VALUES ('content-type', content_type), ('location', location)) AS h(n, v)
       WHERE h.v IS NOT NULL)
     WHERE state = 'completed';
+    UPDATE "idempotency" SET content_type = NULL;
   END IF;
 END $$;
+-- Tables of the second layout: no request type, no transactional mode.
+ALTER TABLE "idempotency" ADD COLUMN IF NOT EXISTS content_type TEXT;
+ALTER TABLE "idempotency" ADD COLUMN IF NOT EXISTS held BOOLEAN NOT NULL DEFAULT false;
 -- Expiry and pruning go by the last sign of life.
 CREATE INDEX IF NOT EXISTS "idempotency_heartbeat" ON "idempotency" (heartbeat_ms);
 DROP INDEX IF EXISTS "idempotency_created";
