@@ -114,7 +114,8 @@ pub fn outbox_does(verdict: &Verdict) -> String {
         Verdict::StaleIdentity { status: 403 } => "checks who is signed in again (fresh /auth/me, fresh token) and resends once; a second 403 → needs attention (rejected)".into(),
         Verdict::StaleIdentity { .. } => "checks who is signed in again and resends once; a second account_mismatch stops the flush, the record unchanged".into(),
         Verdict::InProgress => format!(
-            "leaves the record queued and its workspace waiting for the next flush; {failures} such answers in a row → needs attention (conflict)"
+            "leaves the record queued and its workspace waiting, retried on a growing backoff; needs attention (conflict) only after {failures} such answers in a row lasting {} min",
+            c.still_running_patience_ms / 60_000
         ),
         Verdict::Attention { reason, status } => {
             format!("needs attention: {} (status {status})", reason.as_str())
