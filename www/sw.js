@@ -3,7 +3,10 @@
  * It adds every listener during the first evaluation (listeners added after an await are
  * ignored), starts loading the module at once, and hands each event to Rust once the
  * module is ready, so nothing that arrives while it loads is dropped. The module's bytes
- * are cached at install so a worker restarted offline still starts.
+ * come in a script (`pkg/sw_outbox_wasm.js`, made by build.sh) loaded here with
+ * `importScripts`: the browser keeps such scripts with the worker's version, so a worker
+ * restarted offline still starts, whatever the site's other code does to Cache Storage
+ * (SvelteKit's documented worker deletes every cache but its own, issue 37).
  *
  * Whether a request is the outbox's is decided here, synchronously, from the
  * configuration alone, before the module has loaded (contract 1, r3): a request that is
@@ -15,9 +18,8 @@
  * either and are given here; API reads are answered here while the module loads. Only
  * the outbox's writes and auth routes wait for it.
  *
- * Install (precache) and activation (cache cleanup) stay here, in JavaScript, on
- * purpose: the module itself is loaded from the cache install fills, so that cache must
- * be written before the module can run. The cache name (`sw-outbox-<build>`) and the
+ * Install (precache) and activation (cache cleanup) stay here, in JavaScript: the app
+ * shell's answers need them before the module has loaded. The cache name (`sw-outbox-<build>`) and the
  * cleanup rule (only older `sw-outbox-*` caches) are the ones `core::shell` states and
  * the Rust side reads the shell from.
  *
@@ -48,7 +50,11 @@ const mark = (step) => { try { performance.mark(`sw-outbox:${step}`); } catch (e
 mark('script');
 
 const BASE = new URL(self.SW_OUTBOX_BASE || './', self.location).href;
-importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js');
+// A module worker (`sw-outbox/worker`, pkg/worker.js) has imported the three already:
+// there `importScripts` throws.
+if (typeof self.SW_OUTBOX_WASM !== 'string') {
+  importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js', BASE + 'pkg/sw_outbox_wasm.js');
+}
 mark('glue');
 
 /** The demo's own settings: its app shell, and the key window of the reference server
@@ -74,8 +80,15 @@ if (CONFIG.shellUrl) CONFIG.shellUrl = new URL(CONFIG.shellUrl, self.location).h
 
 const CACHE_PREFIX = 'sw-outbox-';
 const CACHE = CACHE_PREFIX + CONFIG.build;
-const RUNTIME = ['pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm'].map((p) => BASE + p);
-const WASM_URL = RUNTIME[2];
+
+/** The module's bytes, from pkg/sw_outbox_wasm.js's text (one character per byte). */
+function moduleBytes() {
+  const text = self.SW_OUTBOX_WASM;
+  if (typeof text !== 'string') throw new Error('sw-outbox: pkg/sw_outbox_wasm.js did not load');
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i += 1) bytes[i] = text.charCodeAt(i);
+  return bytes;
+}
 
 // ---- route: begin -------------------------------------------------------------------
 // The route rule and the answers that need no module. Self-contained (only the
@@ -217,18 +230,13 @@ let startupKept = false; // whether an event already waits for it
 let asked;
 const askedFor = new Promise((resolve) => { asked = resolve; });
 
-/** Loads the module (from the cache when it is there) and starts the outbox. */
+/** Instantiates the module (its bytes came with the worker's scripts) and starts the
+ * outbox. */
 function outbox() {
   clearTimeout(idleStart);
   if (!loading) {
     loading = (async () => {
-      // Looked up without opening the cache: opening creates it, and a worker being
-      // replaced would bring back the cache its successor's activation just deleted.
-      let bytes = await caches.match(WASM_URL, { cacheName: CACHE });
-      if (!bytes) {
-        bytes = await fetch(WASM_URL);
-        if (!bytes.ok) throw new Error(`sw-outbox: ${WASM_URL} answered ${bytes.status}`);
-      }
+      const bytes = moduleBytes();
       mark('module-found');
       await wasm_bindgen({ module_or_path: bytes });
       mark('module-instantiated');
@@ -389,8 +397,9 @@ self.addEventListener('install', (event) => {
   installSeen = true;
   mark('install');
   event.waitUntil((async () => {
-    const cache = await caches.open(CACHE);
-    await cache.addAll([...RUNTIME, ...CONFIG.precache].map(fresh));
+    // Only the app shell: the runtime came with the worker's scripts. Without a shell no
+    // cache is made.
+    if (CONFIG.precache.length) await (await caches.open(CACHE)).addAll(CONFIG.precache.map(fresh));
     mark('precached');
     await outbox(); // a build whose module does not start must not install
     // With `skipWaiting: false` the new version waits for a page's SKIP_WAITING (or for
@@ -430,9 +439,12 @@ const putCacheOwners = (cache, scopes) => cache.put(CACHE_OWNERS,
 
 async function dropOlderCaches() {
   const me = self.registration.scope;
-  const current = await caches.open(CACHE);
-  const owners = await cacheOwners(current);
-  if (!owners.includes(me)) await putCacheOwners(current, [...owners, me]);
+  // A worker without a shell has no cache of its own to record itself in.
+  if (CONFIG.precache.length) {
+    const current = await caches.open(CACHE);
+    const owners = await cacheOwners(current);
+    if (!owners.includes(me)) await putCacheOwners(current, [...owners, me]);
+  }
   for (const name of await caches.keys()) {
     if (!name.startsWith(CACHE_PREFIX) || name === CACHE) continue;
     const cache = await caches.open(name);
