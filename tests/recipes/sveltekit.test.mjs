@@ -8,16 +8,23 @@
 //
 // In each engine, served by the reference server behind the site host
 // (tests/e2e-engines/site-host.mjs, which can drop every connection):
-// 1. the page is controlled; SvelteKit's cache is there, and no cache of the outbox's;
+// 1. the page is controlled; SvelteKit's cache is there;
 // 2. a cold start offline (the worker stopped, where the engine's automation can stop
 //    one): the page reloads from SvelteKit's cache, and a write made then is queued (202),
-//    then replayed once with its key under the account that made it;
+//    then replayed once with its key under the account that made it; the outbox has no
+//    cache at all;
 // 3. a redeploy: the second deploy's worker takes over (SvelteKit's activate deletes the
 //    first deploy's cache), the page runs the second deploy, and a write made offline
 //    after another cold start is again queued and replayed once.
 // And under `vite dev` (Chromium), where SvelteKit's worker is an ES module (registered
 // with `type: 'module'`, no importScripts): the outbox runs in it, and after a cold start
 // offline a write is queued and replayed once.
+//
+// RECIPES_SVELTEKIT_CLASSIC=1 builds the worker as issue 37 found adopters doing it, with
+// the outbox's files copied into static/sw-outbox/ and `importScripts('/sw-outbox/sw.js')`
+// (a classic worker: built mode only), which an older package also runs; with
+// RECIPES_TARBALL=<its packed .tgz> this shows the runtime that kept its module in Cache
+// Storage failing here.
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
 import { cp, mkdir, mkdtemp, readdir, rm, symlink, writeFile } from 'node:fs/promises';
@@ -35,6 +42,9 @@ const npmEnv = { ...process.env, npm_config_update_notifier: 'false', npm_config
 
 /** The libraries, linked from the repository's node_modules. */
 const LIBRARIES = ['vite', 'svelte', '@sveltejs/kit', '@sveltejs/adapter-static', '@sveltejs/vite-plugin-svelte'];
+
+/** See the header: the outbox through importScripts of copied files. */
+const CLASSIC = Boolean(process.env.RECIPES_SVELTEKIT_CLASSIC);
 
 let dir; // everything built here
 let tarball; // the packed package (RECIPES_TARBALL: another one, e.g. an older build's)
@@ -166,7 +176,14 @@ async function newApp(name, deploy) {
   await writeFile(join(app, 'src/routes/+layout.js'), 'export const prerender = true;\n');
   await writeFile(join(app, 'src/routes/+page.svelte'), PAGE(deploy));
   await writeFile(join(app, 'src/outbox-config.js'), OUTBOX_CONFIG);
-  await writeFile(join(app, 'src/service-worker.js'), SERVICE_WORKER);
+  if (CLASSIC) {
+    for (const f of ['sw.js', 'pkg']) await cp(join(modules, 'sw-outbox', f), join(app, 'static/sw-outbox', f), { recursive: true });
+    await writeFile(join(app, 'src/service-worker.js'), SERVICE_WORKER.replace(
+      "import './outbox-config.js';\nimport 'sw-outbox/worker';\n",
+      "import './outbox-config.js';\nself.SW_OUTBOX_BASE = '/sw-outbox/';\nimportScripts('/sw-outbox/sw.js');\n"));
+  } else {
+    await writeFile(join(app, 'src/service-worker.js'), SERVICE_WORKER);
+  }
   return app;
 }
 
@@ -264,12 +281,11 @@ forEachEngine((engine, harness) => {
       const { origin } = host;
       const page = h.browser.pages()[0] ?? await h.browser.newPage();
 
-      // 1. Controlled; SvelteKit's cache is there, and nothing of the outbox's.
+      // 1. Controlled; SvelteKit's cache is there.
       await load(page, `${origin}/`);
       assert.equal(await page.evaluate(() => window.app.deploy), 'first deploy');
       const names = await cacheNames(page);
       assert.ok(names.some((n) => n.startsWith('cache-')), `SvelteKit's cache: ${JSON.stringify(names)}`);
-      assert.deepEqual(names.filter((n) => n.startsWith('sw-outbox-')), [], 'the outbox keeps nothing in Cache Storage');
       await signIn(page, 'alice');
       // A controlled load, so SvelteKit's worker caches the page for the offline reload.
       await load(page, `${origin}/`);
@@ -288,6 +304,8 @@ forEachEngine((engine, harness) => {
       const first = await offlineWrite(page, host, 'made offline');
       assert.deepEqual(await h.applied(), []);
       await replayed(h, page, first, 1, 'made offline');
+      const kept = await cacheNames(page);
+      assert.deepEqual(kept.filter((n) => n.startsWith('sw-outbox-')), [], `the outbox keeps nothing in Cache Storage: ${kept}`);
 
       // 3. A redeploy: the new worker takes over and SvelteKit's activate deletes the first
       // deploy's cache; the outbox still starts cold and offline.
@@ -350,7 +368,7 @@ async function startViteDev(app, apiTarget) {
   return { origin, output: () => output, stop: () => child.kill('SIGTERM') };
 }
 
-if (selectedEngines().includes('chromium')) {
+if (selectedEngines().includes('chromium') && !CLASSIC) {
   describe('chromium: recipe SvelteKit under vite dev (a module worker)', () => {
     let h;
     let www;
