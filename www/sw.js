@@ -500,7 +500,7 @@ self.addEventListener('fetch', (event) => {
     answer = shellAnswer(fetch(request), CACHE, owner.shell);
     startWhenIdle();
   } else if (loaded) {
-    answer = loaded.handle_fetch(request, event);
+    answer = moduleAnswer(loaded, owner, request, event);
   } else if (owner === 'read') {
     // A read is network only: it need not wait for the module.
     answer = networkOrOffline(request);
@@ -510,8 +510,8 @@ self.addEventListener('fetch', (event) => {
     // sign-in barrier must see it) waits for the module; if it cannot start, a write
     // is refused, never sent around the outbox, and an auth route goes to the network.
     answer = outbox().then(
-      (o) => o.handle_fetch(request, event),
-      (e) => (owner === 'write' ? notStarted(describe(e)) : networkOrOffline(withoutOutboxHeaders(request, CONFIG))),
+      (o) => moduleAnswer(o, owner, request, event),
+      (e) => withoutModule(owner, request, describe(e)),
     );
   }
   if (answer) {
@@ -520,6 +520,25 @@ self.addEventListener('fetch', (event) => {
   }
   keepAlive(event);
 });
+
+/** The module's answer to a request of the outbox's. A synchronous throw of
+ * `handle_fetch` (a defect, issue 34 8d) must neither escape the listener (the browser
+ * would then send a write itself, without its key) nor reject the answer: it is answered
+ * as when the module cannot start. */
+function moduleAnswer(o, owner, request, event) {
+  try {
+    return o.handle_fetch(request, event);
+  } catch (e) {
+    console.error('sw-outbox: handle_fetch threw', e);
+    return withoutModule(owner, request, `handle_fetch threw: ${describe(e)}`);
+  }
+}
+
+/** A request of the outbox's answered without the module: a write is refused (never sent
+ * around the outbox), anything else goes to the network without the outbox's headers. */
+function withoutModule(owner, request, why) {
+  return owner === 'write' ? Promise.resolve(notStarted(why)) : networkOrOffline(withoutOutboxHeaders(request, CONFIG));
+}
 
 /** An error's message, for an answer or a log line. */
 function describe(e) {
