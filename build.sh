@@ -233,8 +233,9 @@ run_tests() {
   # code, the documents' links, docs/TESTING.md's row per suite.
   suite docs node --test tests/docs/
   suite vite-app node --test --test-concurrency=1 tests/bundler/
-  # The package README's recipes (the outbox beside Workbox, Serwist, vite-plugin-pwa, and
-  # a static site), built once with the pinned libraries and run in the three engines.
+  # The package README's recipes (the outbox beside Workbox, Serwist, vite-plugin-pwa, in
+  # SvelteKit's own worker, and a static site), built once with the pinned libraries and
+  # run in the three engines.
   suite recipes env GECKODRIVER="$HOME/.cargo/bin/geckodriver" \
     node --test --test-concurrency=1 tests/recipes/
   suite publish-dry-run npm publish --dry-run ./package
