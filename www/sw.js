@@ -311,6 +311,13 @@ function startFlush(o) {
  * `no-store`, not `reload`: Firefox's offline mode answers a `reload` from its cache. */
 const fresh = (url) => new Request(url, { cache: 'no-store' });
 
+/** A request for a file to precache at the first install of this registration (issue 37,
+ * 5): the page that registered the worker has just loaded these files, so the HTTP cache
+ * may answer (`default`: a fresh copy as it is, a stale one revalidated) instead of a
+ * second download. An update (an active worker exists) takes `fresh`: there a 304 for a
+ * changed file would put the old copy under the new build's name. */
+const firstCopy = (url) => new Request(url, { cache: 'default' });
+
 /** Adds back precached files missing from this build's cache, fetched outside the
  * origin's caches lock, each within the outbox's `attemptTimeoutMs` (`limitMs`): that
  * lock is every registration's activation cleanup, so it is never held across a fetch
@@ -399,7 +406,8 @@ self.addEventListener('install', (event) => {
   event.waitUntil((async () => {
     // Only the app shell: the runtime came with the worker's scripts. Without a shell no
     // cache is made.
-    if (CONFIG.precache.length) await (await caches.open(CACHE)).addAll(CONFIG.precache.map(fresh));
+    const request = self.registration.active ? fresh : firstCopy;
+    if (CONFIG.precache.length) await (await caches.open(CACHE)).addAll(CONFIG.precache.map(request));
     mark('precached');
     await outbox(); // a build whose module does not start must not install
     // With `skipWaiting: false` the new version waits for a page's SKIP_WAITING (or for

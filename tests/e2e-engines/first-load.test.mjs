@@ -13,6 +13,8 @@
 //   newer version, and the worker restarted) is answered 503 queued:false and never
 //   reaches the server; a read goes to the network; a command gets ok:false with the
 //   reason (Chromium and Firefox, for the same reason);
+// - the first install precaches the files the page just loaded from the HTTP cache, not
+//   downloading them again (every engine; an update still fetches with `no-store`);
 // - a `handle_fetch` that throws (forced: the glue's Outbox class patched by the site's
 //   worker) answers a write 503 queued:false, never sent, and sends an auth request to
 //   the network without the outbox's headers (every engine; from a cold worker too in
@@ -107,6 +109,12 @@ importScripts('/sw-outbox/sw.js');
 wasm_bindgen.Outbox.prototype.handle_fetch = function () { throw new Error('forced by the test'); };
 `;
 
+/** A site worker with the outbox's own shell: the page's files (`/shell-sw.js`). */
+const SHELL_WORKER = `self.SW_OUTBOX_CONFIG = { precache: ['/site.js', '/sw-outbox/outbox-client.js'], dbName: 'shell-outbox' };
+self.SW_OUTBOX_BASE = '/sw-outbox/';
+importScripts('/sw-outbox/sw.js');
+`;
+
 const DB = 'first-load-outbox';
 
 let dir;
@@ -121,6 +129,7 @@ before(async () => {
   await writeFile(join(dir, 'site.js'), SITE_JS);
   await writeFile(join(dir, 'pair-sw.js'), PAIR_WORKER);
   await writeFile(join(dir, 'throw-sw.js'), THROW_WORKER);
+  await writeFile(join(dir, 'shell-sw.js'), SHELL_WORKER);
   await writeFile(join(dir, 'sw.js'), outboxWorker({ dbName: DB }));
 });
 
@@ -257,6 +266,29 @@ forEachEngine((engine, harness) => {
       }), DB);
     }));
 }, { name: 'first load: a module that cannot start', setup: siteOptions });
+
+forEachEngine((engine, harness) => {
+  const host = hosted(harness);
+
+  test('the first install precaches the files the page just loaded without downloading them again',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const { origin } = host();
+      const page = await openSite(await firstPage(h), origin, '/?sw=/shell-sw.js');
+      await page.evaluate(() => window.site.client.controlled);
+      const shell = ['/site.js', '/sw-outbox/outbox-client.js'];
+      const cached = await page.evaluate(async () => {
+        const urls = [];
+        for (const n of await caches.keys()) for (const r of await (await caches.open(n)).keys()) urls.push(new URL(r.url).pathname);
+        return urls;
+      });
+      for (const p of shell) assert.ok(cached.includes(p), `${p} precached: ${cached}`);
+      // Each file's body came from the server once (the page's load); the install's copy
+      // came from the HTTP cache, at most revalidated (304).
+      const bodies = host().requests().filter((r) => shell.includes(r.path) && r.status === 200);
+      assert.deepEqual(bodies.map((r) => r.path).sort(), [...shell].sort(), JSON.stringify(host().requests()));
+    }));
+}, { name: 'first load: one download per file', setup: siteOptions });
 
 forEachEngine((engine, harness) => {
   const host = hosted(harness);
