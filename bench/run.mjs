@@ -76,8 +76,8 @@ const log = (...a) => console.error(`[bench ${((Date.now() - T0) / 1000).toFixed
 
 // ---------------------------------------------------------------- prepare subjects
 function prepare() {
-  if (!existsSync(join(opt.www, 'pkg/sw_outbox_bg.wasm'))) {
-    if (opt.www !== join(ROOT, 'www')) throw new Error(`${opt.www}/pkg/sw_outbox_bg.wasm is missing`);
+  if (!existsSync(join(opt.www, 'pkg/sw_outbox_wasm.js'))) {
+    if (opt.www !== join(ROOT, 'www')) throw new Error(`${opt.www}/pkg/sw_outbox_wasm.js is missing`);
     log('www/pkg missing: running ./build.sh');
     const b = spawnSync('./build.sh', { cwd: ROOT, stdio: 'inherit' });
     if (b.status !== 0) throw new Error('./build.sh failed');
@@ -123,7 +123,8 @@ function gzip9(file) {
 }
 
 function sizes(www, wb) {
-  const files = { wasm: 'pkg/sw_outbox_bg.wasm', glue: 'pkg/sw_outbox.js', 'sw.js': 'sw.js' };
+  // The module ships as pkg/sw_outbox_wasm.js (its bytes in a script, issue 37).
+  const files = { wasm: 'pkg/sw_outbox_wasm.js', glue: 'pkg/sw_outbox.js', 'sw.js': 'sw.js' };
   const product = {};
   for (const [k, f] of Object.entries(files)) {
     const p = join(www, f);

@@ -22,8 +22,9 @@ import { readFileSync } from 'node:fs';
 /** @import { OutboxConfig } from './outbox-protocol.js' */
 /** @import { Plugin } from 'vite' */
 
-/** The outbox's own files, copied under `dir` (the shim caches them at install). */
-const RUNTIME = ['sw.js', 'pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm'];
+/** The outbox's own files, copied under `dir` (the shim loads them with importScripts;
+ * the module's bytes are in pkg/sw_outbox_wasm.js). */
+const RUNTIME = ['sw.js', 'pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_wasm.js'];
 
 /**
  * @typedef {object} SwOutboxOptions
@@ -69,7 +70,7 @@ export default function swOutbox(options = {}) {
         const path = (req.url ?? '').split('?')[0];
         const file = path === base + swFileName ? null : RUNTIME.find((f) => path === `${base}${dir}/${f}`);
         if (path !== base + swFileName && !file) return next();
-        res.setHeader('Content-Type', file?.endsWith('.wasm') ? 'application/wasm' : 'text/javascript');
+        res.setHeader('Content-Type', 'text/javascript');
         res.setHeader('Cache-Control', 'no-cache');
         res.end(file ? runtimeFile(file) : script);
       });

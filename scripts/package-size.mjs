@@ -1,6 +1,8 @@
 // The size line of package/README.md, measured from the build: the worker's files as the
-// package ships them (`sw.js` and every file under `pkg/` in package/package.json's
-// `files`, taken from www/, where ./build.sh puts them), each gzipped at level 9, summed.
+// package ships them (`sw.js`, `worker.js` and every file under `pkg/` in
+// package/package.json's `files`, taken from www/, where ./build.sh puts them), each
+// gzipped at level 9, summed. The module ships once, as base64 in pkg/sw_outbox_wasm.js;
+// the printout sets its gzip beside the raw .wasm's.
 //
 //   node scripts/package-size.mjs           prints the measure and the README's claim
 //   node scripts/package-size.mjs --write   rewrites the README's line to the measure
@@ -21,7 +23,7 @@ const LINE = /^Size: the worker's files \(`sw\.js` and `pkg\/`: the WebAssembly 
 /** The worker's files the package ships (package/package.json `files`), as built in www/. */
 export function workerFiles() {
   const { files } = JSON.parse(readFileSync(join(root, 'package/package.json'), 'utf8'));
-  return files.filter((f) => f === 'sw.js' || f.startsWith('pkg/')).map((f) => join('www', f));
+  return files.filter((f) => f === 'sw.js' || f === 'worker.js' || f.startsWith('pkg/')).map((f) => join('www', f));
 }
 
 /** Each worker file's gzip -9 size, and their total, in bytes. */
@@ -49,6 +51,11 @@ export function sizeLine(totalBytes) {
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { files, total } = measure();
   for (const f of files) console.log(`${f.file}: ${f.raw} B, ${f.gzip} B gzip -9`);
+  const wasm = join(root, 'www/pkg/sw_outbox_bg.wasm');
+  if (existsSync(wasm)) {
+    const bytes = readFileSync(wasm);
+    console.log(`(the raw module, not shipped: www/pkg/sw_outbox_bg.wasm: ${bytes.length} B, ${gzipSync(bytes, { level: 9 }).length} B gzip -9)`);
+  }
   console.log(`total: ${total} B gzip -9 = ${(total / 1024).toFixed(1)} KiB; package/README.md says ${claimedKiB()} KiB`);
   if (process.argv.includes('--write')) {
     const text = readFileSync(README, 'utf8');

@@ -17,9 +17,10 @@ const pkg = join(root, 'package');
 /** [from (repository), to (package)] */
 const COPIES = [
   ['www/sw.js', 'sw.js'],
+  ['www/worker.js', 'worker.js'],
   ['www/pkg/build.js', 'pkg/build.js'],
   ['www/pkg/sw_outbox.js', 'pkg/sw_outbox.js'],
-  ['www/pkg/sw_outbox_bg.wasm', 'pkg/sw_outbox_bg.wasm'],
+  ['www/pkg/sw_outbox_wasm.js', 'pkg/sw_outbox_wasm.js'],
   ['www/outbox-client.js', 'outbox-client.js'],
   ['www/outbox-protocol.d.ts', 'outbox-protocol.d.ts'],
   ['CHANGELOG.md', 'CHANGELOG.md'],

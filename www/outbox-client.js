@@ -909,6 +909,8 @@ function waitUntil(check, targets, timeoutMs, what) {
  * @param {object} [options]
  * @param {string} [options.scriptUrl='/sw.js']
  * @param {string} [options.scope='/']
+ * @param {WorkerType} [options.type='classic'] `'module'` for a worker script that is an
+ *   ES module (it imports `sw-outbox/worker`), e.g. SvelteKit's under `vite dev`
  * @param {number} [options.timeoutMs=60000] how long `controlled` (and a command sent
  *   before it) waits for the worker to install, activate and take the page
  * @param {number} [options.commandTimeoutMs=60000] see {@link OutboxClient}
@@ -924,7 +926,7 @@ function waitUntil(check, targets, timeoutMs, what) {
  * @returns {Promise<OutboxClient>}
  */
 export async function registerOutbox({
-  scriptUrl = '/sw.js', scope = '/', timeoutMs = 60000, commandTimeoutMs = 60000, persist = 'never',
+  scriptUrl = '/sw.js', scope = '/', type = 'classic', timeoutMs = 60000, commandTimeoutMs = 60000, persist = 'never',
   getAuthorization,
 } = {}) {
   if (!('serviceWorker' in navigator)) {
@@ -935,7 +937,7 @@ export async function registerOutbox({
   }
   const client = new OutboxClient({ commandTimeoutMs, persist, getAuthorization });
   client.attach(); // before register, so no early report is missed
-  client.track(navigator.serviceWorker.register(scriptUrl, { scope }), { scriptUrl, timeoutMs });
+  client.track(navigator.serviceWorker.register(scriptUrl, { scope, type }), { scriptUrl, timeoutMs });
   return client;
 }
 

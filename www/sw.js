@@ -3,7 +3,10 @@
  * It adds every listener during the first evaluation (listeners added after an await are
  * ignored), starts loading the module at once, and hands each event to Rust once the
  * module is ready, so nothing that arrives while it loads is dropped. The module's bytes
- * are cached at install so a worker restarted offline still starts.
+ * come in a script (`pkg/sw_outbox_wasm.js`, made by build.sh) loaded here with
+ * `importScripts`: the browser keeps such scripts with the worker's version, so a worker
+ * restarted offline still starts, whatever the site's other code does to Cache Storage
+ * (SvelteKit's documented worker deletes every cache but its own, issue 37).
  *
  * Whether a request is the outbox's is decided here, synchronously, from the
  * configuration alone, before the module has loaded (contract 1, r3): a request that is
@@ -15,9 +18,8 @@
  * either and are given here; API reads are answered here while the module loads. Only
  * the outbox's writes and auth routes wait for it.
  *
- * Install (precache) and activation (cache cleanup) stay here, in JavaScript, on
- * purpose: the module itself is loaded from the cache install fills, so that cache must
- * be written before the module can run. The cache name (`sw-outbox-<build>`) and the
+ * Install (precache) and activation (cache cleanup) stay here, in JavaScript: the app
+ * shell's answers need them before the module has loaded. The cache name (`sw-outbox-<build>`) and the
  * cleanup rule (only older `sw-outbox-*` caches) are the ones `core::shell` states and
  * the Rust side reads the shell from.
  *
@@ -48,7 +50,11 @@ const mark = (step) => { try { performance.mark(`sw-outbox:${step}`); } catch (e
 mark('script');
 
 const BASE = new URL(self.SW_OUTBOX_BASE || './', self.location).href;
-importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js');
+// A module worker (`sw-outbox/worker`, pkg/worker.js) has imported the three already:
+// there `importScripts` throws.
+if (typeof self.SW_OUTBOX_WASM !== 'string') {
+  importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js', BASE + 'pkg/sw_outbox_wasm.js');
+}
 mark('glue');
 
 /** The demo's own settings: its app shell, and the key window of the reference server
@@ -74,8 +80,15 @@ if (CONFIG.shellUrl) CONFIG.shellUrl = new URL(CONFIG.shellUrl, self.location).h
 
 const CACHE_PREFIX = 'sw-outbox-';
 const CACHE = CACHE_PREFIX + CONFIG.build;
-const RUNTIME = ['pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm'].map((p) => BASE + p);
-const WASM_URL = RUNTIME[2];
+
+/** The module's bytes, from pkg/sw_outbox_wasm.js's text (one character per byte). */
+function moduleBytes() {
+  const text = self.SW_OUTBOX_WASM;
+  if (typeof text !== 'string') throw new Error('sw-outbox: pkg/sw_outbox_wasm.js did not load');
+  const bytes = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i += 1) bytes[i] = text.charCodeAt(i);
+  return bytes;
+}
 
 // ---- route: begin -------------------------------------------------------------------
 // The route rule and the answers that need no module. Self-contained (only the
@@ -217,18 +230,13 @@ let startupKept = false; // whether an event already waits for it
 let asked;
 const askedFor = new Promise((resolve) => { asked = resolve; });
 
-/** Loads the module (from the cache when it is there) and starts the outbox. */
+/** Instantiates the module (its bytes came with the worker's scripts) and starts the
+ * outbox. */
 function outbox() {
   clearTimeout(idleStart);
   if (!loading) {
     loading = (async () => {
-      // Looked up without opening the cache: opening creates it, and a worker being
-      // replaced would bring back the cache its successor's activation just deleted.
-      let bytes = await caches.match(WASM_URL, { cacheName: CACHE });
-      if (!bytes) {
-        bytes = await fetch(WASM_URL);
-        if (!bytes.ok) throw new Error(`sw-outbox: ${WASM_URL} answered ${bytes.status}`);
-      }
+      const bytes = moduleBytes();
       mark('module-found');
       await wasm_bindgen({ module_or_path: bytes });
       mark('module-instantiated');
@@ -302,6 +310,13 @@ function startFlush(o) {
  * hold the previous account's page.
  * `no-store`, not `reload`: Firefox's offline mode answers a `reload` from its cache. */
 const fresh = (url) => new Request(url, { cache: 'no-store' });
+
+/** A request for a file to precache at the first install of this registration (issue 37,
+ * 5): the page that registered the worker has just loaded these files, so the HTTP cache
+ * may answer (`default`: a fresh copy as it is, a stale one revalidated) instead of a
+ * second download. An update (an active worker exists) takes `fresh`: there a 304 for a
+ * changed file would put the old copy under the new build's name. */
+const firstCopy = (url) => new Request(url, { cache: 'default' });
 
 /** Adds back precached files missing from this build's cache, fetched outside the
  * origin's caches lock, each within the outbox's `attemptTimeoutMs` (`limitMs`): that
@@ -389,8 +404,10 @@ self.addEventListener('install', (event) => {
   installSeen = true;
   mark('install');
   event.waitUntil((async () => {
-    const cache = await caches.open(CACHE);
-    await cache.addAll([...RUNTIME, ...CONFIG.precache].map(fresh));
+    // Only the app shell: the runtime came with the worker's scripts. Without a shell no
+    // cache is made.
+    const request = self.registration.active ? fresh : firstCopy;
+    if (CONFIG.precache.length) await (await caches.open(CACHE)).addAll(CONFIG.precache.map(request));
     mark('precached');
     await outbox(); // a build whose module does not start must not install
     // With `skipWaiting: false` the new version waits for a page's SKIP_WAITING (or for
@@ -430,9 +447,12 @@ const putCacheOwners = (cache, scopes) => cache.put(CACHE_OWNERS,
 
 async function dropOlderCaches() {
   const me = self.registration.scope;
-  const current = await caches.open(CACHE);
-  const owners = await cacheOwners(current);
-  if (!owners.includes(me)) await putCacheOwners(current, [...owners, me]);
+  // A worker without a shell has no cache of its own to record itself in.
+  if (CONFIG.precache.length) {
+    const current = await caches.open(CACHE);
+    const owners = await cacheOwners(current);
+    if (!owners.includes(me)) await putCacheOwners(current, [...owners, me]);
+  }
   for (const name of await caches.keys()) {
     if (!name.startsWith(CACHE_PREFIX) || name === CACHE) continue;
     const cache = await caches.open(name);
@@ -488,7 +508,7 @@ self.addEventListener('fetch', (event) => {
     answer = shellAnswer(fetch(request), CACHE, owner.shell);
     startWhenIdle();
   } else if (loaded) {
-    answer = loaded.handle_fetch(request, event);
+    answer = moduleAnswer(loaded, owner, request, event);
   } else if (owner === 'read') {
     // A read is network only: it need not wait for the module.
     answer = networkOrOffline(request);
@@ -498,8 +518,8 @@ self.addEventListener('fetch', (event) => {
     // sign-in barrier must see it) waits for the module; if it cannot start, a write
     // is refused, never sent around the outbox, and an auth route goes to the network.
     answer = outbox().then(
-      (o) => o.handle_fetch(request, event),
-      (e) => (owner === 'write' ? notStarted(describe(e)) : networkOrOffline(withoutOutboxHeaders(request, CONFIG))),
+      (o) => moduleAnswer(o, owner, request, event),
+      (e) => withoutModule(owner, request, describe(e)),
     );
   }
   if (answer) {
@@ -508,6 +528,25 @@ self.addEventListener('fetch', (event) => {
   }
   keepAlive(event);
 });
+
+/** The module's answer to a request of the outbox's. A synchronous throw of
+ * `handle_fetch` (a defect, issue 34 8d) must neither escape the listener (the browser
+ * would then send a write itself, without its key) nor reject the answer: it is answered
+ * as when the module cannot start. */
+function moduleAnswer(o, owner, request, event) {
+  try {
+    return o.handle_fetch(request, event);
+  } catch (e) {
+    console.error('sw-outbox: handle_fetch threw', e);
+    return withoutModule(owner, request, `handle_fetch threw: ${describe(e)}`);
+  }
+}
+
+/** A request of the outbox's answered without the module: a write is refused (never sent
+ * around the outbox), anything else goes to the network without the outbox's headers. */
+function withoutModule(owner, request, why) {
+  return owner === 'write' ? Promise.resolve(notStarted(why)) : networkOrOffline(withoutOutboxHeaders(request, CONFIG));
+}
 
 /** An error's message, for an answer or a log line. */
 function describe(e) {

@@ -159,7 +159,7 @@ async function readmeFiles() {
 /** Packs the package, makes the app, type-checks and builds it once; resolves with its dist/. */
 function buildApp() {
   building ??= (async () => {
-    for (const f of ['www/pkg/sw_outbox_bg.wasm', 'www/pkg/sw_outbox.js', 'www/pkg/build.js']) {
+    for (const f of ['www/pkg/sw_outbox_wasm.js', 'www/pkg/sw_outbox.js', 'www/pkg/build.js']) {
       if (!existsSync(join(repoRoot, f))) throw new Error(`${f} is missing: run ./build.sh to build the worker`);
     }
     dir = await mkdtemp(join(tmpdir(), 'sw-outbox-react-'));

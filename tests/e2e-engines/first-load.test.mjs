@@ -13,6 +13,13 @@
 //   newer version, and the worker restarted) is answered 503 queued:false and never
 //   reaches the server; a read goes to the network; a command gets ok:false with the
 //   reason (Chromium and Firefox, for the same reason);
+// - the first install precaches the files the page just loaded from the HTTP cache, not
+//   downloading them again (Chromium and Firefox; WebKit's worker does not share the
+//   page's HTTP cache, so there they still come twice; an update fetches with `no-store`);
+// - a `handle_fetch` that throws (forced: the glue's Outbox class patched by the site's
+//   worker) answers a write 503 queued:false, never sent, and sends an auth request to
+//   the network without the outbox's headers (every engine; from a cold worker too in
+//   Chromium and Firefox);
 // - registerOutbox resolves before the page is controlled, its commands wait for control,
 //   and persistent storage is asked for only when the site says so (every engine);
 // - a page that will not be controlled gets that answer at once: outside the worker's
@@ -95,6 +102,20 @@ self.addEventListener('fetch', (event) => {
 });
 `;
 
+/** A site worker whose module's `handle_fetch` throws synchronously (a defect, forced from
+ * outside by patching the glue's Outbox class), for the shim's guard (`/throw-sw.js`). */
+const THROW_WORKER = `self.SW_OUTBOX_CONFIG = { precache: [], dbName: 'throw-outbox' };
+self.SW_OUTBOX_BASE = '/sw-outbox/';
+importScripts('/sw-outbox/sw.js');
+wasm_bindgen.Outbox.prototype.handle_fetch = function () { throw new Error('forced by the test'); };
+`;
+
+/** A site worker with the outbox's own shell: the page's files (`/shell-sw.js`). */
+const SHELL_WORKER = `self.SW_OUTBOX_CONFIG = { precache: ['/site.js', '/sw-outbox/outbox-client.js'], dbName: 'shell-outbox' };
+self.SW_OUTBOX_BASE = '/sw-outbox/';
+importScripts('/sw-outbox/sw.js');
+`;
+
 const DB = 'first-load-outbox';
 
 let dir;
@@ -108,6 +129,8 @@ before(async () => {
   await writeFile(join(dir, 'index.html'), SITE_HTML);
   await writeFile(join(dir, 'site.js'), SITE_JS);
   await writeFile(join(dir, 'pair-sw.js'), PAIR_WORKER);
+  await writeFile(join(dir, 'throw-sw.js'), THROW_WORKER);
+  await writeFile(join(dir, 'shell-sw.js'), SHELL_WORKER);
   await writeFile(join(dir, 'sw.js'), outboxWorker({ dbName: DB }));
 });
 
@@ -244,6 +267,73 @@ forEachEngine((engine, harness) => {
       }), DB);
     }));
 }, { name: 'first load: a module that cannot start', setup: siteOptions });
+
+forEachEngine((engine, harness) => {
+  const host = hosted(harness);
+
+  test('the first install precaches the files the page just loaded without downloading them again',
+    withDiagnostics(harness, async (t) => {
+      const h = harness();
+      const { origin } = host();
+      const page = await openSite(await firstPage(h), origin, '/?sw=/shell-sw.js');
+      await page.evaluate(() => window.site.client.controlled);
+      const shell = ['/site.js', '/sw-outbox/outbox-client.js'];
+      const cached = await page.evaluate(async () => {
+        const urls = [];
+        for (const n of await caches.keys()) for (const r of await (await caches.open(n)).keys()) urls.push(new URL(r.url).pathname);
+        return urls;
+      });
+      for (const p of shell) assert.ok(cached.includes(p), `${p} precached: ${cached}`);
+      // Each file's body came from the server once (the page's load); the install's copy
+      // came from the HTTP cache, at most revalidated (304).
+      const bodies = host().requests().filter((r) => shell.includes(r.path) && r.status === 200);
+      if (engine === 'webkit') {
+        // Observed: WebKitGTK's worker fetches without the page's HTTP cache (no
+        // conditional request either), so there each file still comes twice.
+        t.diagnostic(`webkit: ${bodies.length} downloads of ${shell.length} files (the worker does not share the page's HTTP cache)`);
+        return;
+      }
+      assert.deepEqual(bodies.map((r) => r.path).sort(), [...shell].sort(), JSON.stringify(host().requests()));
+    }));
+}, { name: 'first load: one download per file', setup: siteOptions });
+
+forEachEngine((engine, harness) => {
+  const host = hosted(harness);
+
+  test('a handle_fetch that throws: a write is refused 503 and never sent, an auth request goes to the network without the outbox\'s headers',
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const { origin } = host();
+      const page = await openSite(await firstPage(h), origin, '/?sw=/throw-sw.js');
+      await page.evaluate(() => window.site.client.controlled);
+      // The sign-in is an auth route: with the module's answer failing, the network's.
+      const csrf = await signIn(page, 'alice');
+      const tasks = '/api/projects/p1/tasks';
+      /** A write now: refused, and nothing of it reaches the server. */
+      const refused = async (what) => {
+        const before = (await h.requests()).length;
+        const write = await page.evaluate(([p, t, title]) => window.site.json('POST', p, { title }, { 'X-CSRF-Token': t }),
+          [tasks, csrf, what]);
+        assert.equal(write.status, 503, `${what}: ${JSON.stringify(write)}`);
+        assert.equal(write.body.queued, false);
+        assert.match(write.body.error, /handle_fetch threw/);
+        const sent = (await h.requests()).slice(before).filter((r) => r.method === 'POST' && r.path === tasks);
+        assert.deepEqual(sent, [], `${what}: never sent`);
+      };
+      await refused('with the module loaded');
+      const auth = await page.evaluate(() => window.site.json('POST', '/api/auth/login', { userId: 'alice', password: 'alice' },
+        { 'Idempotency-Key': 'a-key-an-auth-route-never-gets' }));
+      assert.equal(auth.status, 200, JSON.stringify(auth));
+      const login = (await h.requests()).filter((r) => r.path === '/api/auth/login').at(-1);
+      assert.equal(login.key, null, `no outbox header on an auth route: ${JSON.stringify(login)}`);
+      if (!lacks(engine, 'stopWorkers')) {
+        // A cold worker: the write waits for the module's start, then gets the same answer.
+        await h.stopWorkers();
+        await refused('from a cold worker');
+      }
+      assert.deepEqual(await h.applied(), []);
+    }));
+}, { name: 'first load: a module whose handle_fetch throws', setup: siteOptions });
 
 forEachEngine((engine, harness) => {
   const host = hosted(harness);

@@ -17,7 +17,7 @@ export { repoRoot };
 function checkPrerequisites({ serverBin, www, requireWorker }) {
   const missing = [];
   if (!existsSync(serverBin)) missing.push(`server binary not found at ${serverBin}: run ./build.sh or set SW_OUTBOX_SERVER_BIN`);
-  for (const f of requireWorker ? ['sw.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm'] : []) {
+  for (const f of requireWorker ? ['sw.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_wasm.js'] : []) {
     if (!existsSync(join(www, f))) missing.push(`${join(www, f)} is missing: run ./build.sh to build the worker`);
   }
   if (missing.length) throw new Error(`e2e prerequisites missing:\n  - ${missing.join('\n  - ')}`);

@@ -25,7 +25,7 @@ const npmEnv = { ...process.env, npm_config_update_notifier: 'false', npm_config
 const EXPECTED_FILES = [
   'README.md', 'package.json', 'CHANGELOG.md', 'docs/PROTOCOL.md', 'docs/SERVER-API.md',
   'index.d.ts', 'outbox-client.js', 'outbox-client.d.ts', 'outbox-protocol.d.ts',
-  'sw.js', 'pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm',
+  'sw.js', 'worker.js', 'pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_wasm.js',
   'vite.js', 'vite.d.ts', 'react.js', 'react.d.ts',
 ];
 
@@ -61,7 +61,7 @@ let site;
 let packed;
 
 before(async () => {
-  for (const f of ['www/pkg/sw_outbox_bg.wasm', 'www/pkg/sw_outbox.js', 'www/pkg/build.js']) {
+  for (const f of ['www/pkg/sw_outbox_wasm.js', 'www/pkg/sw_outbox.js', 'www/pkg/build.js']) {
     if (!existsSync(join(repoRoot, f))) throw new Error(`${f} is missing: run ./build.sh to build the worker`);
   }
   dir = await mkdtemp(join(tmpdir(), 'sw-outbox-npm-'));
@@ -90,8 +90,8 @@ after(async () => {
 
 test('npm pack ships the worker, its shim, the page helper, the Vite plugin, the React hook and their types', () => {
   assert.deepEqual(packed.files.map((f) => f.path).sort(), [...EXPECTED_FILES].sort());
-  const wasm = packed.files.find((f) => f.path === 'pkg/sw_outbox_bg.wasm');
-  assert.ok(wasm.size > 1000, `the .wasm is real: ${wasm.size} bytes`);
+  const wasm = packed.files.find((f) => f.path === 'pkg/sw_outbox_wasm.js');
+  assert.ok(wasm.size > 1000, `the module's script is real: ${wasm.size} bytes`);
   assert.equal(packed.name, 'sw-outbox');
 });
 
@@ -118,7 +118,8 @@ test('the exports map gives the page helper, the worker files, the plugin, the R
   assert.equal(manifest.exports['./react'].types, './react.d.ts');
   assert.equal(manifest.peerDependenciesMeta.react.optional, true, 'React only for sw-outbox/react');
   assert.equal(resolve('sw-outbox/sw.js'), join(installed, 'sw.js'));
-  assert.equal(resolve('sw-outbox/pkg/sw_outbox_bg.wasm'), join(installed, 'pkg/sw_outbox_bg.wasm'));
+  assert.equal(resolve('sw-outbox/pkg/sw_outbox_wasm.js'), join(installed, 'pkg/sw_outbox_wasm.js'));
+  assert.equal(resolve('sw-outbox/worker'), join(installed, 'worker.js'));
   assert.equal(resolve('sw-outbox/package.json'), join(installed, 'package.json'));
   assert.equal(manifest.exports['.'].types, './index.d.ts');
   assert.throws(() => resolve('sw-outbox/docs/PROTOCOL.md'), { code: 'ERR_PACKAGE_PATH_NOT_EXPORTED' });
@@ -132,7 +133,7 @@ forEachEngine((engine, harness) => {
     await page.evaluate(() => window.site.ready);
     assert.ok(await page.evaluate(() => navigator.serviceWorker.controller?.scriptURL.endsWith('/sw.js')));
 
-    // The shim found its module in the site's copy and cached it with the site's shell.
+    // The shim cached the site's shell; its module came with the worker's scripts.
     const cached = await page.evaluate(async () => {
       const names = await caches.keys();
       const urls = [];
@@ -141,9 +142,10 @@ forEachEngine((engine, harness) => {
     });
     assert.equal(cached.names.length, 1, JSON.stringify(cached));
     assert.match(cached.names[0], /^sw-outbox-/);
-    for (const p of ['/', '/site.js', '/sw-outbox/pkg/sw_outbox_bg.wasm']) {
+    for (const p of ['/', '/site.js']) {
       assert.ok(cached.urls.includes(p), `${p} cached: ${cached.urls}`);
     }
+    assert.deepEqual(cached.urls.filter((p) => p.startsWith('/sw-outbox/')), [], 'no runtime file in Cache Storage');
 
     const login = await page.evaluate(() => window.site.json('POST', '/api/auth/login', { userId: 'alice', password: 'alice' }));
     assert.equal(login.status, 200, JSON.stringify(login));

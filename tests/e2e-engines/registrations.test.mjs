@@ -21,9 +21,11 @@ import { eventually, forEachEngine, pristine, withDiagnostics } from './outbox-h
 const copies = new Map();
 const P1 = '/api/projects/p1/tasks';
 
-/** A site worker script importing the outbox's, with its own shell build id. */
+/** A site worker script importing the outbox's, with its own shell build id and a shell
+ * of one file (without a shell the outbox makes no cache: its runtime is not in Cache
+ * Storage). */
 const siteWorker = (shellBuild) => `self.SW_OUTBOX_BASE = '/';
-self.SW_OUTBOX_CONFIG = { precache: [] };
+self.SW_OUTBOX_CONFIG = { precache: ['/plain.html'] };
 self.SW_OUTBOX_SHELL_BUILD = ${JSON.stringify(shellBuild)};
 importScripts('/sw.js');
 `;

@@ -31,7 +31,7 @@ forEachEngine((engine, harness) => {
       const h2 = await startHarness({ engine });
       try {
         const www = resolve(repoRoot, process.env.SW_OUTBOX_WWW || 'www');
-        const cached = ['pkg/build.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm', 'index.html', 'index.html',
+        const cached = ['index.html', 'index.html',
           'app.js', 'app.css', 'outbox-client.js', 'manifest.webmanifest', 'icon.svg'];
         const files = cached.reduce((n, f) => n + statSync(join(www, f)).size, 0);
         const quotaSize = Math.round(files * 1.3) + 64 * 1024 + 128 * 1024;

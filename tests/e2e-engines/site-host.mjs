@@ -16,6 +16,8 @@ export async function startSiteHost(target) {
   const to = new URL(target);
   let down = false;
   const sockets = new Set();
+  /** Every request forwarded, with the status the server answered. */
+  const log = [];
   const server = http.createServer((req, res) => {
     if (down) {
       req.socket.destroy();
@@ -24,6 +26,7 @@ export async function startSiteHost(target) {
     const upstream = http.request({
       host: to.hostname, port: to.port, method: req.method, path: req.url, headers: req.headers,
     }, (answer) => {
+      log.push({ method: req.method, path: req.url, status: answer.statusCode });
       res.writeHead(answer.statusCode ?? 502, answer.rawHeaders);
       answer.pipe(res);
     });
@@ -37,6 +40,8 @@ export async function startSiteHost(target) {
   await new Promise((resolve, reject) => server.listen(0, '127.0.0.1', resolve).on('error', reject));
   return {
     origin: `http://127.0.0.1:${server.address().port}`,
+    /** The requests forwarded so far: `{method, path, status}`. */
+    requests: () => log.slice(),
     /** Drops every connection (`true`), open ones included, or forwards again. */
     setDown(value) {
       down = value;

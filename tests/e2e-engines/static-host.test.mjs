@@ -6,7 +6,9 @@
 // the same length — a new asset hash in it, say — is answered 304 to a revalidation.
 //
 // Checked: a deploy precaches the new `index.html`, not the copy in the browser's HTTP
-// cache. The worker's install fetches what it precaches with `cache: 'no-store'`; with the
+// cache. An update's install (an active worker exists) fetches what it precaches with
+// `cache: 'no-store'` (a registration's first install takes the HTTP cache's copies of
+// the files the page just loaded, first-load.test.mjs); with the
 // default mode the install revalidates, gets that 304, and puts the old page into the new
 // build's cache: Chromium and Firefox did so when the mode was the default (this test
 // failed there); WebKit precached the new page either way. (The browser's update check of `sw.js` meets the same 304, which the

@@ -29,7 +29,7 @@ function checkPrerequisites({ serverBin, www, requireWorker }) {
     missing.push(`server binary not found at ${serverBin}: run \`cargo build --release -p sw-outbox-server\` or set SW_OUTBOX_SERVER_BIN`);
   }
   if (requireWorker) {
-    for (const f of ['sw.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm']) {
+    for (const f of ['sw.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_wasm.js']) {
       if (!existsSync(join(www, f))) missing.push(`${join(www, f)} is missing: run ./build.sh to build the worker`);
     }
   }

@@ -15,7 +15,7 @@ const SERVER = resolve(repoRoot, 'tests/interop/server.mjs');
 
 /** Fails early, naming the command that fixes it, instead of timing out in the browser. */
 function checkWorkerBuilt(www) {
-  const missing = ['sw.js', 'outbox-client.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_bg.wasm']
+  const missing = ['sw.js', 'outbox-client.js', 'pkg/sw_outbox.js', 'pkg/sw_outbox_wasm.js']
     .filter((f) => !existsSync(join(www, f)));
   if (missing.length) {
     throw new Error(`interop prerequisites missing in ${www}: ${missing.join(', ')}: run ./build.sh to build the worker`);
