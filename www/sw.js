@@ -59,45 +59,12 @@ const SW_OUTBOX_RULES = {
   "cachesLock": "sw-outbox:caches",
   "config": {
     "apiPrefix": "/api/",
-    "attemptTimeoutMs": 15000,
-    "authMePath": "/api/auth/me",
     "authRoutePattern": "^/(?:(?:api|accounts)/)?(?:auth|login|logout|signin|signout|sign-in|sign-out|sessions?|tokens?|refresh|oauth)(?:/|\\?|$)",
     "build": "dev",
-    "csrfHeader": "X-CSRF-Token",
-    "dbName": null,
     "expectedAccountHeader": "X-PM-Expected-Account",
-    "flushBudgetMs": 25000,
-    "maxBodyBytes": 1048576,
-    "maxRecords": 10000,
-    "maxRetentionMs": 604800000,
-    "maxRetryAfterMs": 3600000,
-    "maxServerFailures": 3,
-    "neverQueuePattern": null,
-    "notificationUrl": "/",
-    "offlineProbeMs": 2000,
-    "persistAuthorization": false,
     "precache": [],
-    "queueStatuses": [
-      502,
-      503,
-      504
-    ],
-    "replayConcurrency": 4,
-    "replayHeaders": [
-      "If-Match",
-      "If-None-Match",
-      "If-Unmodified-Since",
-      "If-Modified-Since",
-      "Accept",
-      "Accept-Language",
-      "Content-Language"
-    ],
-    "serverKeyTtlMs": 86400000,
     "shellUrl": null,
-    "skipWaiting": true,
-    "stillRunningPatienceMs": 600000,
-    "syncTag": "sw-outbox",
-    "workspacePattern": "^/projects/([^/?#]+)"
+    "skipWaiting": true
   },
   "idempotencyKeyHeader": "Idempotency-Key",
   "notStarted": {
