@@ -50,8 +50,16 @@ fn get(o: &JsValue, name: &str) -> JsValue {
     js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
 }
 
-/// The route part of sw.js, evaluated on its own; its functions by name.
+/// The route part of sw.js, evaluated on its own with the generated block it reads
+/// (tests/sw_rules.rs writes that block from the Rust); its functions by name.
 fn mirror() -> JsValue {
+    let generated = SW_JS
+        .find("// ---- generated from Rust: begin")
+        .expect("sw.js has the generated block");
+    let generated_end = SW_JS
+        .find("// ---- generated from Rust: end")
+        .expect("sw.js marks where the generated block ends");
+    let generated = &SW_JS[generated..generated_end];
     let begin = SW_JS
         .find("// ---- route: begin")
         .expect("sw.js marks where the route part begins");
@@ -60,7 +68,7 @@ fn mirror() -> JsValue {
         .expect("sw.js marks where the route part ends");
     let part = &SW_JS[begin..end];
     js_sys::Function::new_no_args(&format!(
-        "{part}\nreturn {{ swOutboxRoute, ROUTE_DEFAULTS, SHELL_STATUSES, isPage, shellAnswer, \
+        "{generated}\n{part}\nreturn {{ swOutboxRoute, CONFIG_DEFAULTS, SHELL_STATUSES, isPage, shellAnswer, \
          networkOrOffline, notStarted, withoutOutboxHeaders }};"
     ))
     .call0(&JsValue::NULL)
@@ -254,7 +262,7 @@ async fn the_rule_tells_the_classes_apart() {
 fn the_mirrors_defaults_and_statuses_are_the_rusts() {
     let m = mirror();
     let d = Config::default();
-    let defaults = get(&m, "ROUTE_DEFAULTS");
+    let defaults = get(&m, "CONFIG_DEFAULTS");
     assert_eq!(get(&defaults, "apiPrefix").as_string(), Some(d.api_prefix));
     assert_eq!(
         get(&defaults, "authRoutePattern").as_string(),
@@ -435,6 +443,12 @@ async fn answers_without_the_module_have_the_modules_shapes() {
         error.contains("could not start") && error.contains("IndexedDB refused"),
         "{error}"
     );
+    assert_eq!(body, SyntheticAnswer::not_started("IndexedDB refused").body);
+    // A reason holding `$&` or the slot itself is written as it is.
+    let odd = call(&get(&m, "notStarted"), &["$& {why}".into()]);
+    let (_, body) = text(odd).await;
+    let body: Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(body, SyntheticAnswer::not_started("$& {why}").body);
 }
 
 #[wasm_bindgen_test]

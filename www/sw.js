@@ -57,6 +57,51 @@ if (typeof self.SW_OUTBOX_WASM !== 'string') {
 }
 mark('glue');
 
+// ---- generated from Rust: begin
+// Written by `SW_RULES_WRITE=1 cargo test --test sw_rules` from the Rust definitions
+// (tests/sw_rules.rs); `cargo test` fails when it differs. Not edited by hand.
+const SW_OUTBOX_RULES = {
+  "cachePrefix": "sw-outbox-",
+  "cachesLock": "sw-outbox:caches",
+  "config": {
+    "apiPrefix": "/api/",
+    "authRoutePattern": "^/(?:(?:api|accounts)/)?(?:auth|login|logout|signin|signout|sign-in|sign-out|sessions?|tokens?|refresh|oauth)(?:/|\\?|$)",
+    "build": "dev",
+    "expectedAccountHeader": "X-PM-Expected-Account",
+    "precache": [],
+    "shellUrl": null,
+    "skipWaiting": true
+  },
+  "idempotencyKeyHeader": "Idempotency-Key",
+  "notStarted": {
+    "body": {
+      "error": "the outbox could not start ({why}), so this write was neither sent nor stored: try again",
+      "queued": false
+    },
+    "status": 503,
+    "why": "{why}"
+  },
+  "offline": {
+    "body": {
+      "error": "offline"
+    },
+    "status": 503
+  },
+  "shellStatuses": [
+    500,
+    502,
+    503,
+    504
+  ],
+  "writeMethods": [
+    "POST",
+    "PUT",
+    "PATCH",
+    "DELETE"
+  ]
+};
+// ---- generated from Rust: end
+
 /** The demo's own settings: its app shell, and the key window of the reference server
  * it runs against (`--key-ttl 24h`, which `./build.sh demo` passes): a matching pair. */
 const DEMO_CONFIG = {
@@ -74,11 +119,11 @@ const SHELL_BUILD = self.SW_OUTBOX_SHELL_BUILD;
 if (SHELL_BUILD !== undefined && !(typeof SHELL_BUILD === 'string' && /^[\w.-]+$/.test(SHELL_BUILD))) {
   throw new Error('sw-outbox: SW_OUTBOX_SHELL_BUILD may hold letters, digits, ".", "_" and "-" only');
 }
-CONFIG.build = (self.SW_OUTBOX_BUILD || 'dev') + (SHELL_BUILD ? `-${SHELL_BUILD}` : '');
-CONFIG.precache = (CONFIG.precache || []).map((u) => new URL(u, self.location).href);
+CONFIG.build = (self.SW_OUTBOX_BUILD || SW_OUTBOX_RULES.config.build) + (SHELL_BUILD ? `-${SHELL_BUILD}` : '');
+CONFIG.precache = (CONFIG.precache || SW_OUTBOX_RULES.config.precache).map((u) => new URL(u, self.location).href);
 if (CONFIG.shellUrl) CONFIG.shellUrl = new URL(CONFIG.shellUrl, self.location).href;
 
-const CACHE_PREFIX = 'sw-outbox-';
+const CACHE_PREFIX = SW_OUTBOX_RULES.cachePrefix;
 const CACHE = CACHE_PREFIX + CONFIG.build;
 
 /** The module's bytes, from pkg/sw_outbox_wasm.js's text (one character per byte). */
@@ -91,20 +136,19 @@ function moduleBytes() {
 }
 
 // ---- route: begin -------------------------------------------------------------------
-// The route rule and the answers that need no module. Self-contained (only the
-// platform's URL, RegExp, Response, fetch and caches): tests/service_worker_route.rs
-// evaluates this part on its own and holds it to the Rust (`core::route::owner`,
-// `core::shell`, `core::config::Config::default`).
+// The route rule and the answers that need no module. Self-contained but for the
+// generated block above (only that and the platform's URL, RegExp, Response, fetch and
+// caches): tests/service_worker_route.rs evaluates the two on their own and holds them
+// to the Rust (`core::route::owner`, `core::shell`, `core::config::Config::default`).
 
-/** The defaults of the configuration fields the rule reads (`Config::default`'s). */
-const ROUTE_DEFAULTS = {
-  apiPrefix: '/api/',
-  authRoutePattern: '^/(?:(?:api|accounts)/)?(?:auth|login|logout|signin|signout|sign-in|sign-out|sessions?|tokens?|refresh|oauth)(?:/|\\?|$)',
-  expectedAccountHeader: 'X-PM-Expected-Account',
-};
+/** Every configuration field's default (`Config::default`, generated). */
+const CONFIG_DEFAULTS = SW_OUTBOX_RULES.config;
 
 /** The statuses after which the shell's cached copy answers (`core::shell::use_shell`). */
-const SHELL_STATUSES = [500, 502, 503, 504];
+const SHELL_STATUSES = SW_OUTBOX_RULES.shellStatuses;
+
+/** The write methods (`core::route::WRITE_METHODS`). */
+const WRITE_METHODS = SW_OUTBOX_RULES.writeMethods;
 
 /** A page rather than an asset, by its path's last segment (`core::shell::is_page`). */
 function isPage(url) {
@@ -126,11 +170,11 @@ function isPage(url) {
  * `config.precache` and `config.shellUrl` are absolute URLs here, as the module gets them.
  */
 function swOutboxRoute(config, origin) {
-  const prefix = config.apiPrefix ?? ROUTE_DEFAULTS.apiPrefix;
+  const prefix = config.apiPrefix ?? CONFIG_DEFAULTS.apiPrefix;
   const base = prefix.replace(/\/+$/, '');
-  const auth = new RegExp(config.authRoutePattern ?? ROUTE_DEFAULTS.authRoutePattern, 'i');
-  const precache = config.precache ?? [];
-  const shell = config.shellUrl ?? precache.find(isPage) ?? null;
+  const auth = new RegExp(config.authRoutePattern ?? CONFIG_DEFAULTS.authRoutePattern, 'i');
+  const precache = config.precache ?? CONFIG_DEFAULTS.precache;
+  const shell = config.shellUrl ?? CONFIG_DEFAULTS.shellUrl ?? precache.find(isPage) ?? null;
   const underApi = (path) => path.startsWith(prefix) || path === base || path.startsWith(`${base}?`);
   return (method, url, navigate) => {
     let u;
@@ -139,7 +183,7 @@ function swOutboxRoute(config, origin) {
     const path = u.pathname + u.search;
     if (path.startsWith(prefix)) {
       if (auth.test(path)) return 'auth';
-      return /^(post|put|patch|delete)$/i.test(method) ? 'write' : 'read';
+      return WRITE_METHODS.includes(method.toUpperCase()) ? 'write' : 'read';
     }
     if (auth.test(path)) return 'observe';
     if (!/^get$/i.test(method) || underApi(path)) return null;
@@ -161,13 +205,14 @@ async function networkOrOffline(request) {
   try {
     return await fetch(request);
   } catch (e) {
-    return jsonAnswer(503, { error: 'offline' });
+    return jsonAnswer(SW_OUTBOX_RULES.offline.status, SW_OUTBOX_RULES.offline.body);
   }
 }
 
 /** An auth request without the outbox's headers (they never go to an auth route). */
 function withoutOutboxHeaders(request, config) {
-  const names = ['Idempotency-Key', config.expectedAccountHeader ?? ROUTE_DEFAULTS.expectedAccountHeader];
+  const names = [SW_OUTBOX_RULES.idempotencyKeyHeader,
+    config.expectedAccountHeader ?? CONFIG_DEFAULTS.expectedAccountHeader];
   if (!names.some((n) => request.headers.has(n))) return request;
   const headers = new Headers(request.headers);
   for (const n of names) headers.delete(n);
@@ -177,10 +222,8 @@ function withoutOutboxHeaders(request, config) {
 /** A write of the outbox's that arrived while the module cannot start: never sent
  * around the outbox (without its key and expected account), never claimed queued. */
 function notStarted(why) {
-  return jsonAnswer(503, {
-    queued: false,
-    error: `the outbox could not start (${why}), so this write was neither sent nor stored: try again`,
-  });
+  const { status, body, why: slot } = SW_OUTBOX_RULES.notStarted;
+  return jsonAnswer(status, { ...body, error: body.error.replace(slot, () => why) });
 }
 
 /** The cached copy of `url` in the cache `cacheName` (never created by looking), or
@@ -222,7 +265,7 @@ let loaded = null; // the Outbox once ready
 let loading = null; // its promise
 /** Whether this worker takes over as soon as it installed: the site's `skipWaiting`
  * (default true), or a page's `SKIP_WAITING` (a prompt-to-update flow) once it came. */
-let skipRequested = CONFIG.skipWaiting !== false;
+let skipRequested = (CONFIG.skipWaiting ?? CONFIG_DEFAULTS.skipWaiting) !== false;
 let startup = null; // the flush run once per worker start, once this worker is active
 let startupKept = false; // whether an event already waits for it
 
@@ -428,7 +471,7 @@ self.addEventListener('install', (event) => {
  * nobody and is deleted as before. Under a Web Lock where there is one, so two
  * registrations activating at once do not lose each other's entry. */
 /** The Web Lock under which caches of this origin's builds are deleted or added to. */
-const CACHES_LOCK = 'sw-outbox:caches';
+const CACHES_LOCK = SW_OUTBOX_RULES.cachesLock;
 const CACHE_OWNERS = new URL('/__sw-outbox/cache-owners', self.location.href).href;
 
 async function cacheOwners(cache) {

@@ -137,7 +137,27 @@ impl SyntheticAnswer {
             body: object(vec![("error", "offline".into())]),
         }
     }
+
+    /// A write of the outbox's that arrived while the module could not start (`why`):
+    /// never sent around the outbox (without its key and expected account), never
+    /// claimed queued. `www/sw.js` gives it, from this template (tests/sw_rules.rs).
+    pub fn not_started(why: &str) -> Self {
+        SyntheticAnswer {
+            status: 503,
+            body: object(vec![
+                ("queued", Value::Bool(false)),
+                ("error", NOT_STARTED_ERROR.replace(WHY, why).into()),
+            ]),
+        }
+    }
 }
+
+/// Where [`NOT_STARTED_ERROR`] names the reason.
+pub const WHY: &str = "{why}";
+
+/// The error text of [`SyntheticAnswer::not_started`].
+pub const NOT_STARTED_ERROR: &str =
+    "the outbox could not start ({why}), so this write was neither sent nor stored: try again";
 
 /// A JSON object from its fields, built directly: `json!` goes through `to_value` and
 /// an `unwrap` for every field, which costs the module a serializer and a panic path.

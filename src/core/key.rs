@@ -3,6 +3,10 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// The request header that carries a record's key; `www/sw.js` strips it (with the
+/// expected-account header) from auth routes before the module loads.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
+
 /// A validated `Idempotency-Key`: 1–255 visible ASCII characters (0x21–0x7E), the shape
 /// Stripe and draft-ietf-httpapi-idempotency-key-header allow, so a page's own keys
 /// (`order_1234`, an 80-character hash, `k:7f3e`) pass through as they are (contract

@@ -94,9 +94,14 @@ pub enum NetworkOutcome {
 pub fn use_shell(outcome: NetworkOutcome) -> bool {
     match outcome {
         NetworkOutcome::Failed => true,
-        NetworkOutcome::Status(s) => matches!(s, 500 | 502 | 503 | 504),
+        NetworkOutcome::Status(s) => SHELL_STATUSES.contains(&s),
     }
 }
+
+/// The server errors after which the shell's cached copy answers ([`use_shell`]); also
+/// written into `www/sw.js`, which answers the shell before the module loads
+/// (tests/sw_rules.rs).
+pub const SHELL_STATUSES: [u16; 4] = [500, 502, 503, 504];
 
 /// The cached URL that is the shell: `shellUrl` when set, else the first `precache`
 /// entry that is a page (ends with `/`, `.html` or `.htm`, or has no file extension).

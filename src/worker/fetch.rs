@@ -23,7 +23,7 @@ use web_sys::{
     ExtendableEvent, Headers, Request, RequestCredentials, RequestInit, RequestMode, Response, Url,
 };
 
-pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+pub const IDEMPOTENCY_KEY: &str = crate::core::key::IDEMPOTENCY_KEY_HEADER;
 
 /// Whether the request is same-origin, and its path with query.
 pub fn locate(request: &Request) -> Option<(bool, String)> {

@@ -10,6 +10,8 @@ mod batcher;
 mod chain;
 mod clients;
 mod commands;
+#[doc(hidden)] // public for its service-worker tests only
+pub mod config_reader;
 mod fetch;
 mod flush;
 mod http;
@@ -158,16 +160,31 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
     let config: Config = if config.is_undefined() || config.is_null() {
         Config::default()
     } else {
-        crate::js::from_value_strict(config)
+        config_reader::read(&config)
             .map_err(|e| JsValue::from_str(&format!("sw-outbox: invalid configuration: {e}")))?
     };
     let config = config
         .validate()
         .map_err(|e| JsValue::from_str(&format!("sw-outbox: {e}")))?;
-    let patterns = Rc::new(patterns::JsPatterns::new(&config).map_err(|e| JsValue::from_str(&e))?);
-    let (store, db_name) = open_database(&config, patterns.clone())
-        .await
-        .map_err(|e| JsValue::from_str(&format!("sw-outbox: cannot open IndexedDB: {e}")))?;
+    let patterns = Rc::new(patterns::JsPatterns::new(&config));
+    // The database's open request goes out first (the first poll issues it); the
+    // patterns are compiled while the browser opens it, only to refuse a bad one here.
+    let opened = {
+        let mut opening = std::pin::pin!(open_database(&config, patterns.clone()));
+        // Polled again below with the real waker, which every future on this path keeps
+        // from its latest poll.
+        let first = std::future::Future::poll(
+            opening.as_mut(),
+            &mut std::task::Context::from_waker(std::task::Waker::noop()),
+        );
+        patterns.check().map_err(|e| JsValue::from_str(&e))?;
+        match first {
+            std::task::Poll::Ready(opened) => opened,
+            std::task::Poll::Pending => opening.await,
+        }
+    };
+    let (store, db_name) =
+        opened.map_err(|e| JsValue::from_str(&format!("sw-outbox: cannot open IndexedDB: {e}")))?;
     let inner = Rc::new(Inner {
         shared_db: config.db_name.is_some(),
         db_name,

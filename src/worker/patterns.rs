@@ -4,12 +4,16 @@
 use crate::core::config::Config;
 use crate::core::route::Patterns;
 use js_sys::{Array, Reflect, RegExp};
+use std::cell::OnceCell;
 use wasm_bindgen::{JsCast, JsValue};
 
+/// The three patterns, each compiled the first time it is needed (issue 36, 2): the
+/// start compiles them all once ([`JsPatterns::check`]) only to refuse a bad one, and
+/// does it while the database opens, not before.
 pub struct JsPatterns {
-    auth: RegExp,
-    workspace: RegExp,
-    never_queue: Option<RegExp>,
+    auth: Lazy,
+    workspace: Lazy,
+    never_queue: Option<Lazy>,
 }
 
 fn compile(field: &str, pattern: &str, flags: &str) -> Result<RegExp, String> {
@@ -27,16 +31,62 @@ fn compile(field: &str, pattern: &str, flags: &str) -> Result<RegExp, String> {
         })
 }
 
+/// One configured pattern and, once compiled, its RegExp.
+struct Lazy {
+    field: &'static str,
+    pattern: String,
+    flags: &'static str,
+    compiled: OnceCell<RegExp>,
+}
+
+impl Lazy {
+    fn new(field: &'static str, pattern: &str, flags: &'static str) -> Lazy {
+        Lazy {
+            field,
+            pattern: pattern.to_owned(),
+            flags,
+            compiled: OnceCell::new(),
+        }
+    }
+
+    fn get(&self) -> Result<&RegExp, String> {
+        if let Some(r) = self.compiled.get() {
+            return Ok(r);
+        }
+        let r = compile(self.field, &self.pattern, self.flags)?;
+        Ok(self.compiled.get_or_init(|| r))
+    }
+
+    /// Tests with the compiled pattern; a pattern that does not compile (refused at
+    /// start, so never here in a started outbox) matches nothing.
+    fn test(&self, text: &str) -> bool {
+        self.get().is_ok_and(|r| r.test(text))
+    }
+}
+
 impl JsPatterns {
-    pub fn new(config: &Config) -> Result<JsPatterns, String> {
-        Ok(JsPatterns {
-            auth: compile("authRoutePattern", &config.auth_route_pattern, "i")?,
-            workspace: compile("workspacePattern", &config.workspace_pattern, "")?,
-            never_queue: match &config.never_queue_pattern {
-                Some(p) => Some(compile("neverQueuePattern", p, "")?),
-                None => None,
-            },
-        })
+    /// The configured patterns, none compiled yet.
+    pub fn new(config: &Config) -> JsPatterns {
+        JsPatterns {
+            auth: Lazy::new("authRoutePattern", &config.auth_route_pattern, "i"),
+            workspace: Lazy::new("workspacePattern", &config.workspace_pattern, ""),
+            never_queue: config
+                .never_queue_pattern
+                .as_deref()
+                .map(|p| Lazy::new("neverQueuePattern", p, "")),
+        }
+    }
+
+    /// Compiles every pattern (kept for their first use): the error names the first
+    /// that is not a valid regular expression, so a worker configured with one never
+    /// starts.
+    pub fn check(&self) -> Result<(), String> {
+        self.auth.get()?;
+        self.workspace.get()?;
+        if let Some(n) = &self.never_queue {
+            n.get()?;
+        }
+        Ok(())
     }
 }
 
@@ -47,6 +97,8 @@ impl Patterns for JsPatterns {
 
     fn workspace(&self, record_path: &str) -> Option<String> {
         self.workspace
+            .get()
+            .ok()?
             .exec(record_path)
             .and_then(|m| m.get(1).as_string())
             .filter(|w| !w.is_empty())
