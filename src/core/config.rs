@@ -489,7 +489,10 @@ mod tests {
         assert!(serde_json::from_str::<Config>(r#"{"staticRoutes":1}"#).is_err());
         let c: Config = serde_json::from_str(r#"{"staticRoutes":true}"#).expect("parses");
         assert!(c.validate().expect("valid").static_routes);
-        assert!(!Config::default().static_routes, "the default is false (contract 1, r4)");
+        assert!(
+            !Config::default().static_routes,
+            "the default is false (contract 1, r4)"
+        );
         assert!(serde_json::from_str::<Config>(r#"{"skipWaiting":"false"}"#).is_err());
         assert!(serde_json::from_str::<Config>(r#"{"skipWaiting":0}"#).is_err());
         let c: Config = serde_json::from_str(r#"{"skipWaiting":false}"#).expect("parses");

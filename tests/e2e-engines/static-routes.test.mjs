@@ -207,7 +207,7 @@ forEachEngine((engine, harness) => {
   test('staticRoutes: true where the engine has no addRoutes: every request still reaches the worker, and an offline write is queued',
     { skip: engine === 'chromium' && 'Chromium has addRoutes: the tests above cover it' }, withDiagnostics(harness, async () => {
       const h = harness();
-      const page = await openSite(h, host.origin, '/static-sw.js', 'carol');
+      const page = await openSite(h, host.origin, '/static-sw.js', 'alice');
       await loadAgain(page, host.origin, '/static-sw.js');
       const write = await offlineWrite(page, host, 'written where there is no static routing');
       await replayedOnce(h, page, write);
