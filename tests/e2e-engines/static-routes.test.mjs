@@ -12,6 +12,8 @@
 //   offline API write then starts saw the write and not them), while an auth route
 //   outside `apiPrefix` (`/Login`, any case) still does (the sign-in barrier observes it);
 //   the write is queued 202 and replayed once;
+// - Chromium, `staticRoutes: true` with a site's own `authRoutePattern`: paths starting
+//   with its literal start (`/accounts/`) still reach the worker, the rest does not;
 // - Chromium, the default (false): the same navigation and files reach the worker;
 // - Firefox and WebKit (no `addRoutes`): `staticRoutes: true` changes nothing: every
 //   request reaches the worker and an offline write is queued 202 (the Chromium-only
@@ -92,6 +94,9 @@ before(async () => {
   await writeFile(join(dir, 'site.js'), SITE_JS);
   await writeFile(join(dir, 'assets/a.txt'), 'an asset\n');
   await writeFile(join(dir, 'static-sw.js'), siteWorker({ precache: [], dbName: 'static-routes-on', staticRoutes: true }));
+  await writeFile(join(dir, 'custom-sw.js'), siteWorker({
+    precache: [], dbName: 'static-routes-custom', staticRoutes: true, authRoutePattern: '^/accounts/(?:login|logout)(?:/|\\?|$)',
+  }));
   await writeFile(join(dir, 'plain-sw.js'), siteWorker({ precache: [], dbName: 'static-routes-off' }));
 });
 
@@ -186,6 +191,23 @@ forEachEngine((engine, harness) => {
         assert.ok(!paths.includes(p), `${p} went around the worker: ${JSON.stringify(paths)}`);
       }
       assert.ok(await h.workerStarts() > starts, 'the write started the worker');
+      await unregister(page);
+    }));
+
+  test('staticRoutes: true with a site\'s own authRoutePattern: what starts with its literal start still reaches the worker, the rest goes around it',
+    { skip: CHROMIUM_ONLY(engine) || lacks(engine, 'stopWorkers') }, withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await openSite(h, host.origin, '/custom-sw.js', 'alice');
+      await h.stopWorkers();
+      await loadAgain(page, host.origin, '/custom-sw.js');
+      // `/accounts/other` is not an auth route of this pattern, but it starts with the
+      // pattern's literal start (`/accounts/`): kept, the conservative side.
+      await page.evaluate(() => Promise.all(['/accounts/other', '/Login'].map((p) => fetch(p).then((r) => r.text()).catch(() => null))));
+      const paths = (await page.evaluate(() => window.site.seen())).seen;
+      assert.ok(paths.includes('GET /accounts/other'), `kept by the pattern's literal start: ${JSON.stringify(paths)}`);
+      for (const p of ['GET /?sw=/custom-sw.js', 'GET /assets/a.txt', 'GET /Login']) {
+        assert.ok(!paths.includes(p), `${p} went around the worker: ${JSON.stringify(paths)}`);
+      }
       await unregister(page);
     }));
 
