@@ -466,7 +466,7 @@ function addStaticRoutes(event) {
   try {
     const rules = staticRouteRules(CONFIG);
     if (!rules) {
-      console.warn('sw-outbox: staticRoutes: the authRoutePattern has no certain literal start, so no request is routed around the worker');
+      console.warn('sw-outbox: staticRoutes: no request is routed around the worker (an authRoutePattern without a certain literal start, or an apiPrefix holding "?" or "#")');
       return;
     }
     event.waitUntil(event.addRoutes(rules).then(() => mark('static-routes'),
