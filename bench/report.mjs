@@ -7,7 +7,7 @@ export const median = (xs) => pct(xs, 50);
 export const r2 = (x) => (Number.isFinite(x) ? Math.round(x * 100) / 100 : x);
 
 export const settingLabel = (s) => `${s.latencyMs} ms${s.cpu === 1 ? '' : `, CPU ÷${s.cpu}`}`;
-export const NAMES = { product: 'product', productC4: 'product, replayConcurrency 4', workbox: 'Workbox', plain: 'plain-JS' };
+export const NAMES = { product: 'product', productC4: 'product, replayConcurrency 4', workbox: 'Workbox', plain: 'plain-JS', floor: 'floor: 202 from memory, no storage', none: 'no worker' };
 
 /** Settings in display order: latency, then CPU. */
 export const ordered = (r) => [...r.settings].sort((a, b) => a.latencyMs - b.latencyMs || a.cpu - b.cpu);
@@ -42,7 +42,9 @@ export function settingTargets(r, s) {
   }
   if (s.coldRegister) add('4a', 'cold register → controlled vs Workbox (neither precaches)', s.coldRegister.product.medianMs / s.coldRegister.workbox.medianMs, 1.2, '<=');
   if (s.firstWriteAfterStop) add('4b', 'first write after a stopped worker vs Workbox', s.firstWriteAfterStop.product.medianMs / s.firstWriteAfterStop.workbox.medianMs, 1.2, '<=');
+  if (s.firstOnlineWriteAfterStop) add('4c', 'first online write after a stopped worker vs Workbox', s.firstOnlineWriteAfterStop.product.medianMs / s.firstOnlineWriteAfterStop.workbox.medianMs, 1.2, '<=');
   if (s.enqueueConcurrent) add('5', `${r.options.inflight} in flight writes/s vs Workbox`, s.enqueueConcurrent.product.writesPerSec / s.enqueueConcurrent.workbox.writesPerSec, 3, '>=');
+  if (s.enqueueConcurrent?.floor) add('5b', `${r.options.inflight} in flight writes/s vs the floor (202 from memory)`, s.enqueueConcurrent.product.writesPerSec / s.enqueueConcurrent.floor.writesPerSec, 0.8, '>=');
   const pl = s.pageLoad;
   if (pl?.product && pl.workbox) {
     add('7a', 'page load, worker stopped: navigation first byte vs Workbox', pl.product.cold.ttfbMs / pl.workbox.cold.ttfbMs, 1.15, '<=');
@@ -50,6 +52,7 @@ export function settingTargets(r, s) {
     add('7c', 'page load, worker running: navigation first byte vs Workbox', pl.product.warm.ttfbMs / pl.workbox.warm.ttfbMs, 1.15, '<=');
     add('7d', 'page load, worker running: `load` vs Workbox', pl.product.warm.loadMs / pl.workbox.warm.loadMs, 1.05, '<=');
   }
+  if (pl?.productStatic && pl.none) add('7e', 'page load, worker stopped, `staticRoutes: true`: navigation first byte vs no worker', pl.productStatic.cold.ttfbMs / pl.none.cold.ttfbMs, 1.05, '<=');
   if (s.replay) {
     const dup = ['product', 'productC4'].flatMap((k) => s.replay[k]?.checks ?? []).reduce((a, k) => a + k.duplicates + k.duplicateKeyAttempts + k.orderViolations + k.missing, 0);
     add('3c', 'replay: duplicates + order violations + missing (product)', dup, 0, '<=');
@@ -101,6 +104,10 @@ export function summaryMarkdown(r) {
   for (const k of ['product', 'workbox', 'plain']) row(k === 'product' ? m2 : '', NAMES[k], (s) => c(s)[k].writesPerSec);
   row('', 'product / Workbox', rat((s) => c(s).product.writesPerSec, (s) => c(s).workbox.writesPerSec));
   row('', 'product / plain-JS', rat((s) => c(s).product.writesPerSec, (s) => c(s).plain.writesPerSec));
+  if (S.some((s) => c(s)?.floor)) {
+    row('', NAMES.floor, (s) => c(s).floor.writesPerSec);
+    row('', 'product / floor', rat((s) => c(s).product.writesPerSec, (s) => c(s).floor.writesPerSec));
+  }
   if (S.some((s) => s.enqueueBrowserOffline)) {
     for (const k of ['product', 'workbox', 'plain']) row(k === 'product' ? '1′ browser offline: sequential p50 (ms)' : '', NAMES[k], (s) => s.enqueueBrowserOffline[k].seqP50);
     for (const k of ['product', 'workbox', 'plain']) row(k === 'product' ? `2′ browser offline: ${r.options.inflight} in flight (writes/s)` : '', NAMES[k], (s) => s.enqueueBrowserOffline[k].concWritesPerSec);
@@ -120,14 +127,27 @@ export function summaryMarkdown(r) {
   row('', 'product / Workbox', rat((s) => s.coldRegister.product.medianMs, (s) => s.coldRegister.workbox.medianMs));
   for (const k of ['product', 'workbox', 'plain']) row(k === 'product' ? '4 first write after a stopped worker (ms)' : '', NAMES[k], (s) => s.firstWriteAfterStop[k].medianMs);
   row('', 'product / Workbox', rat((s) => s.firstWriteAfterStop.product.medianMs, (s) => s.firstWriteAfterStop.workbox.medianMs));
+  if (S.some((s) => s.firstOnlineWriteAfterStop)) {
+    const fo = (s) => s.firstOnlineWriteAfterStop;
+    for (const k of ['product', 'workbox', 'plain', 'none']) row(k === 'product' ? '4 first online write (201) after a stopped worker (ms)' : '', NAMES[k], (s) => fo(s)[k].medianMs);
+    row('', 'product / Workbox', rat((s) => fo(s).product.medianMs, (s) => fo(s).workbox.medianMs));
+    row('', 'product / no worker', rat((s) => fo(s).product.medianMs, (s) => fo(s).none.medianMs));
+  }
   if (S.some((s) => s.pageLoad)) {
-    const who = { product: 'product (API only)', productShell: 'product, the page as its shell', workbox: 'Workbox', none: 'no worker' };
+    const who = { product: 'product (API only)', productShell: 'product, the page as its shell', productStatic: 'product, `staticRoutes: true`', workbox: 'Workbox', none: 'no worker' };
     for (const warmth of ['cold', 'warm']) {
       for (const [k, what] of [['ttfbMs', 'navigation first byte'], ['loadMs', '`load`']]) {
         const m = `7 page of 24 files, worker ${warmth === 'cold' ? 'stopped' : 'running'}: ${what} (ms)`;
         Object.entries(who).forEach(([p, n], i) => row(i ? '' : m, n, (s) => s.pageLoad[p][warmth][k]));
         row('', 'product / Workbox', rat((s) => s.pageLoad.product[warmth][k], (s) => s.pageLoad.workbox[warmth][k]));
+        if (S.some((s) => s.pageLoad.productStatic)) row('', 'product, `staticRoutes` / no worker', rat((s) => s.pageLoad.productStatic[warmth][k], (s) => s.pageLoad.none[warmth][k]));
       }
+    }
+    if (S.some((s) => s.pageLoad.productStatic)) {
+      const started = (p) => (s) => { const x = s.pageLoad[p]?.cold; return x ? `${x.workerStarted ?? '–'} of ${x.runs.length}` : '–'; };
+      row('7 stopped-worker loads that started the worker (CDP)', NAMES.product, started('product'));
+      row('', 'product, `staticRoutes: true`', started('productStatic'));
+      row('', 'product, `staticRoutes: true`: navigations the browser routed to the network', (s) => { const x = s.pageLoad.productStatic?.cold; return x ? `${x.routedToNetwork ?? '–'} of ${x.runs.length}` : '–'; });
     }
   }
   row('CPU check: a fixed loop in a service worker (ms), start / end', '', (s) => `${fmt(s.cpuCheck.workerLoopMsStart)} / ${fmt(s.cpuCheck.workerLoopMsEnd)}`);
@@ -159,13 +179,14 @@ export function summaryMarkdown(r) {
     L.push('');
     L.push(`| subject | step | ${st.map(settingLabel).join(' | ')} |`);
     L.push(`|---|---|${st.map(() => '---:').join('|')}|`);
-    for (const k of ['product', 'workbox', 'plain']) {
+    for (const k of ['product', 'workbox', 'plain'].filter((x) => st.some((s) => s[row][x]))) {
       const names = [...new Set(st.flatMap((s) => Object.keys(s[row][k]?.steps ?? {})))];
       names.forEach((n, i) => L.push(`| ${i ? '' : NAMES[k]} | ${n} | ${st.map((s) => fmt(s[row][k]?.steps?.[n])).join(' | ')} |`));
     }
   };
   stepTable('coldRegister', 'Cold `register()` → controlled, step by step: when each step was reached, in ms after `register()` (medians; the worker\'s time origin, then its User Timing marks, then the page seeing itself controlled):');
   stepTable('firstWriteAfterStop', 'First write after a stopped worker, step by step: when each step was reached, in ms after the page\'s `fetch()` (medians; the worker\'s time origin, then its User Timing marks, then the page\'s answer):');
+  stepTable('firstOnlineWriteAfterStop', 'First online write (201) after a stopped worker, step by step (as above):');
   L.push('');
   L.push('Raw limits inside one service worker (N sequential unless noted; POST loops under latency use --raw-n records):');
   L.push('');

@@ -10,7 +10,8 @@
 //   node bench/run.mjs --smoke    tiny N, every subject once, checks only (no timing asserts)
 //   options: --n=1000 --scale=10000 --no-scale --reps=3 --inflight=16 --bytes=1024
 //            --workspaces=10 --latency=0,50 --cpu=1,4 --raw-n=200 --keep-alive --www=DIR
-//            --only=cold,seq,conc,offline,raw,replay,first,pageload --out=bench/out/results.json
+//            --only=cold,seq,conc,offline,raw,replay,first,firstonline,pageload
+//            --out=bench/out/results.json
 //            --loads=8  page loads per subject and round in the page-load row
 //            --report=a.json,b.json  print the tables and draw the SVG from earlier runs
 //            --fault=duplicate|drop  self-test: the server applies some writes twice / not at
@@ -48,7 +49,7 @@ const argv = Object.fromEntries(process.argv.slice(2).map((a) => {
 }));
 const SMOKE = !!argv.smoke;
 const list = (v) => String(v).split(',').filter(Boolean).map(Number);
-const PHASES = ['cold', 'seq', 'conc', 'offline', 'raw', 'replay', 'first', 'pageload'];
+const PHASES = ['cold', 'seq', 'conc', 'offline', 'raw', 'replay', 'first', 'firstonline', 'pageload'];
 const n = Number(argv.n ?? (SMOKE ? 20 : 1000));
 const opt = {
   n,
@@ -149,15 +150,22 @@ const SUBJECT_SW = {
   workbox: () => '/workbox-sw.js',
   plain: () => '/plain-outbox-sw.js',
   raw: () => '/raw-sw.js',
+  floor: () => '/floor-sw.js', // row 2's floor: every write 202 from memory, nothing stored
   none: () => null, // row 7's page without a worker
 };
 const SUBJECTS = ['product', 'workbox', 'plain']; // the outboxes of rows 1–4
+/** Row 2's subjects: the outboxes and the per-fetch-event floor (issue 36, 5). */
+const CONC_SUBJECTS = [...SUBJECTS, 'floor'];
+/** The first online write's subjects (issue 36, 1): the outboxes and a page without a
+ * worker (`none`: its writes go straight to the server). */
+const ONLINE_SUBJECTS = [...SUBJECTS, 'none'];
 /** Row 7's subjects: [name, subject served, configuration]. `productShell` is the
  * product with the load page as its app shell (every file of the page is then the
  * outbox's, answered network-first by sw.js without the module); `none` registers no
  * worker. */
 const LOADERS = (files) => [
   ['product', 'product', PRODUCT_CFG], ['productShell', 'product', { precache: files }],
+  ['productStatic', 'product', { ...PRODUCT_CFG, staticRoutes: true }],
   ['workbox', 'workbox'], ['none', 'none'],
 ];
 const REPLAYERS = [['product', 'product', PRODUCT_CFG], ['productC4', 'product', PRODUCT_C4_CFG], ['workbox', 'workbox'], ['plain', 'plain']];
@@ -256,6 +264,20 @@ async function runSetting(setting, env) {
     const swCdp = await context.newCDPSession(rawSite.page);
     await swCdp.send('ServiceWorker.enable');
     env.stopWorkers = () => swCdp.send('ServiceWorker.stopAllWorkers');
+    // Worker starts per origin, as the browser reports them (a version's running status
+    // becoming `running`): row 7 counts the cold loads that started the worker.
+    const workerStarts = new Map();
+    const lastStatus = new Map();
+    swCdp.on('ServiceWorker.workerVersionUpdated', (e) => {
+      for (const v of e.versions) {
+        if (v.runningStatus === 'running' && lastStatus.get(v.versionId) !== 'running') {
+          const o = new URL(v.scriptURL).origin;
+          workerStarts.set(o, (workerStarts.get(o) ?? 0) + 1);
+        }
+        lastStatus.set(v.versionId, v.runningStatus);
+      }
+    });
+    const startsOf = (origin) => workerStarts.get(origin) ?? 0;
     const workerBusy = async () => (await rawSite.ev(() => window.bench.call({ op: 'busy', iterations: 2e7 }))).ms;
     const pageBusy = async () => (await rawSite.ev(() => window.bench.busy(2e7))).ms;
     const med3 = async (f) => median([await f(), await f(), await f()]);
@@ -315,9 +337,9 @@ async function runSetting(setting, env) {
     // ---- 2. offline enqueue, K in flight
     if (has('conc')) {
       log(`enqueue concurrent: N=${opt.n}, ${opt.inflight} in flight × ${opt.reps}`);
-      const conc = Object.fromEntries(SUBJECTS.map((s) => [s, []]));
+      const conc = Object.fromEntries(CONC_SUBJECTS.map((s) => [s, []]));
       for (let rep = 0; rep < opt.reps; rep++) {
-        for (const s of SUBJECTS) {
+        for (const s of CONC_SUBJECTS) {
           await fresh(s, PRODUCT_CFG, async (site) => {
             await site.down(true);
             await site.ev((a) => window.bench.concurrent(a), { n: opt.warmup, inFlight: opt.inflight, run: nextRun(), bytes: opt.bytes, ws: 'warm' });
@@ -327,7 +349,7 @@ async function runSetting(setting, env) {
           });
         }
       }
-      out.enqueueConcurrent = Object.fromEntries(SUBJECTS.map((s) => [s, { runsPerSec: conc[s].map(r2), writesPerSec: r2(median(conc[s])) }]));
+      out.enqueueConcurrent = Object.fromEntries(CONC_SUBJECTS.map((s) => [s, { runsPerSec: conc[s].map(r2), writesPerSec: r2(median(conc[s])) }]));
     }
 
     // ---- 1'/2' the same with the browser offline (context.setOffline): the failed attempt
@@ -544,6 +566,41 @@ async function runSetting(setting, env) {
       }]));
     }
 
+    // ---- 4c. first ONLINE write after the worker was stopped (issue 36, 1): the server
+    // answers 201; the same stop and pause as 4b. `none` has no worker: its write goes
+    // straight to the server (the floor of this row).
+    if (has('firstonline')) {
+      log('first online write after stopped worker');
+      const firstOnline = Object.fromEntries(ONLINE_SUBJECTS.map((s) => [s, []]));
+      const startSteps = Object.fromEntries(ONLINE_SUBJECTS.map((s) => [s, []]));
+      for (let rep = 0; rep < opt.reps; rep++) {
+        for (const s of ONLINE_SUBJECTS) {
+          const site = await newSite(s);
+          try {
+            await site.page.bringToFront();
+            if (s !== 'none') await site.register();
+            // a worker that has run (the module compiled, the database opened)
+            const warm = await site.ev((a) => window.bench.sequential(a), { n: opt.warmup, run: nextRun(), bytes: opt.bytes, ws: 'warm' });
+            if ((warm.statuses['201'] || 0) !== opt.warmup) problems.push(`${label}: ${s} online warm-up: ${JSON.stringify(warm.statuses)}`);
+            await env.stopWorkers();
+            await new Promise((r) => setTimeout(r, opt.settleMs));
+            const r = await site.ev((a) => window.bench.sequential(a), { n: 1, run: nextRun(), bytes: opt.bytes, ws: 'cold' });
+            if ((r.statuses['201'] || 0) !== 1) problems.push(`${label}: ${s} first online write after stop: expected 201, got ${JSON.stringify(r.statuses)}`);
+            firstOnline[s].push(r.ms[0]);
+            if (s !== 'none') {
+              const steps = await workerStartSteps(site, r.at[0], r.ms[0]);
+              if (steps && steps['worker thread started'] < 0) problems.push(`${label}: ${s} first online write after stop: the worker started ${-r2(steps['worker thread started'])} ms before the write, not for it`);
+              startSteps[s].push(steps);
+            }
+          } finally { await site.dispose(); }
+        }
+      }
+      out.firstOnlineWriteAfterStop = Object.fromEntries(ONLINE_SUBJECTS.map((s) => [s, {
+        runsMs: firstOnline[s].map(r2), medianMs: r2(median(firstOnline[s])),
+        ...(s === 'none' ? {} : { steps: medianSteps(startSteps[s]) }),
+      }]));
+    }
+
     // ---- 7. a page of LOAD_FILES files loaded after the worker was stopped (cold) and
     // again with it running (warm): the navigation's time to first byte and its `load`,
     // from the Navigation Timing entry (ms after the navigation started). Loads of the
@@ -570,7 +627,12 @@ async function runSetting(setting, env) {
               await site.page.bringToFront();
               await env.stopWorkers();
               await new Promise((r) => setTimeout(r, opt.settleMs));
-              runs[name].cold.push(await loadPage(site, name));
+              const before = startsOf(site.origin);
+              const cold = await loadPage(site, name);
+              // Whether the browser started the worker for this load (its own record, CDP):
+              // with static routes it should not have.
+              cold.started = startsOf(site.origin) > before;
+              runs[name].cold.push(cold);
               runs[name].warm.push(await loadPage(site, name));
             }
           }
@@ -583,7 +645,11 @@ async function runSetting(setting, env) {
       }
       const med = (xs, k) => r2(median(xs.map((x) => x[k])));
       out.pageLoad = Object.fromEntries(Object.entries(runs).map(([name, r]) => [name, {
-        cold: { ttfbMs: med(r.cold, 'ttfb'), loadMs: med(r.cold, 'load'), runs: r.cold },
+        cold: {
+          ttfbMs: med(r.cold, 'ttfb'), loadMs: med(r.cold, 'load'), runs: r.cold,
+          workerStarted: r.cold.filter((x) => x.started).length,
+          routedToNetwork: r.cold.filter((x) => x.source === 'network').length,
+        },
         warm: { ttfbMs: med(r.warm, 'ttfb'), loadMs: med(r.warm, 'load'), runs: r.warm },
       }]));
     }
@@ -597,11 +663,13 @@ async function runSetting(setting, env) {
         return {
           ttfb: e.responseStart, load: e.loadEventStart, files: window.__loaded ?? 0,
           controlled: navigator.serviceWorker.controller !== null,
+          // the static route the browser matched, where it reports one (Chromium)
+          source: e.workerMatchedSourceType ?? null,
         };
       });
       if (t.controlled !== (site.subject !== 'none')) problems.push(`${label}: page load of ${name}: controlled=${t.controlled}`);
       if (t.files !== LOAD_FILES / 3) problems.push(`${label}: page load of ${name}: ${t.files} of ${LOAD_FILES / 3} scripts ran`);
-      return { ttfb: r2(t.ttfb), load: r2(t.load) };
+      return { ttfb: r2(t.ttfb), load: r2(t.load), source: t.source };
     }
 
     // ---- 6. scale: replay cost per record at `scale` vs `n`, and the worker's memory
@@ -673,6 +741,7 @@ async function main() {
     roots: {
       product: [www, join(BENCH, 'pages'), load.dir], workbox: [wb, join(BENCH, 'pages'), load.dir],
       plain: [join(BENCH, 'raw'), join(BENCH, 'pages')], raw: [join(BENCH, 'raw'), join(BENCH, 'pages')],
+      floor: [join(BENCH, 'raw'), join(BENCH, 'pages')],
       none: [join(BENCH, 'pages'), load.dir],
     },
     loadFiles: load.files,

@@ -443,9 +443,101 @@ function keepAlive(event) {
   event.waitUntil(askedFor.then((l) => l).then(() => startup).catch(() => {}));
 }
 
+/** The default `authRoutePattern`'s names and the segments they may follow, as
+ * URLPatterns can say them (Chromium refuses a pattern with a regular-expression group,
+ * so the alternation becomes one pattern per name). */
+const AUTH_NAMES = ['auth', 'login', 'logout', 'signin', 'signout', 'sign-in', 'sign-out',
+  'session', 'sessions', 'token', 'tokens', 'refresh', 'oauth'];
+const AUTH_PARENTS = ['', '/api', '/accounts'];
+
+/** A URLPattern pathname matching `text` literally. */
+const patternText = (text) => text.replace(/[\\*+?(){}:]/g, '\\$&');
+
+/** The literal start of an anchored regular expression's source (`^/accounts/(?:…)` →
+ * `/accounts/`): every match begins with it. '' when there is none that is certain: not
+ * anchored, an alternation at its top level, or a character other than a plain path one
+ * (a class, an escape for a class, a percent sign). A character a quantifier follows is
+ * left out (it may be absent). */
+function literalStart(source) {
+  let depth = 0;
+  for (let i = 0, inClass = false; i < source.length; i++) {
+    const c = source[i];
+    if (c === '\\') i++;
+    else if (inClass) inClass = c !== ']';
+    else if (c === '[') inClass = true;
+    else if (c === '(') depth++;
+    else if (c === ')') depth--;
+    else if (c === '|' && depth === 0) return '';
+  }
+  if (!source.startsWith('^')) return '';
+  let out = '';
+  for (let i = 1; i < source.length; i++) {
+    let c = source[i];
+    if (c === '\\' && /^[/.\-_~]$/.test(source[i + 1] ?? '')) c = source[++i];
+    else if (!/^[A-Za-z0-9/_~-]$/.test(c)) {
+      if (/^[?*{]$/.test(c)) out = out.slice(0, -1);
+      break;
+    }
+    if (/^[?*{]$/.test(source[i + 1] ?? '')) break;
+    out += c;
+  }
+  return out;
+}
+
+/**
+ * The static routes of `staticRoutes: true` (contract 1, r4): one rule sending to the
+ * network every request outside what may be the outbox's, so a page's navigation and
+ * files never start the worker. What may be the outbox's is what `swOutboxRoute` may
+ * claim, or wider, never narrower: paths under `apiPrefix` (any origin); the auth
+ * routes, case-insensitively — the default pattern exactly (one URLPattern per name and
+ * place), a site's own pattern by its literal start (`^/accounts/…` keeps every
+ * `/accounts/…`) — and, with an app shell, every navigation and the precached files'
+ * paths. null (no routes: every request reaches the listener, as without static
+ * routing) when that cannot be said: a site's pattern without a certain literal start,
+ * or an `apiPrefix` holding `?` or `#`.
+ */
+function staticRouteRules(config) {
+  const prefix = config.apiPrefix ?? ROUTE_DEFAULTS.apiPrefix;
+  if (/[?#]/.test(prefix)) return null;
+  const keep = [{ urlPattern: new URLPattern({ pathname: `${patternText(prefix)}*` }) }];
+  const caseless = (pathname) => ({ urlPattern: new URLPattern({ pathname }, { ignoreCase: true }) });
+  const auth = config.authRoutePattern ?? ROUTE_DEFAULTS.authRoutePattern;
+  if (auth === ROUTE_DEFAULTS.authRoutePattern) {
+    for (const parent of AUTH_PARENTS) {
+      for (const name of AUTH_NAMES) keep.push(caseless(`${parent}/${name}`), caseless(`${parent}/${name}/*`));
+    }
+  } else {
+    const start = literalStart(auth);
+    if (start.replace(/\/+/g, '') === '') return null;
+    keep.push(caseless(`${patternText(start)}*`));
+  }
+  const precache = config.precache ?? [];
+  if ((config.shellUrl ?? precache.find(isPage)) != null) keep.push({ requestMode: 'navigate' });
+  for (const url of precache) keep.push({ urlPattern: new URLPattern({ pathname: patternText(new URL(url).pathname) }) });
+  return [{ condition: { not: { or: keep } }, source: 'network' }];
+}
+
+/** Declares the static routes where the engine offers them (`staticRoutes: true`); a
+ * refusal is logged and changes nothing: every request then reaches the listener. */
+function addStaticRoutes(event) {
+  if (CONFIG.staticRoutes !== true || typeof event.addRoutes !== 'function') return;
+  try {
+    const rules = staticRouteRules(CONFIG);
+    if (!rules) {
+      console.warn('sw-outbox: staticRoutes: no request is routed around the worker (an authRoutePattern without a certain literal start, or an apiPrefix holding "?" or "#")');
+      return;
+    }
+    event.waitUntil(event.addRoutes(rules).then(() => mark('static-routes'),
+      (e) => console.warn('sw-outbox: static routes refused', e)));
+  } catch (e) {
+    console.warn('sw-outbox: static routes not added', e);
+  }
+}
+
 self.addEventListener('install', (event) => {
   installSeen = true;
   mark('install');
+  addStaticRoutes(event);
   event.waitUntil((async () => {
     // Only the app shell: the runtime came with the worker's scripts. Without a shell no
     // cache is made.

@@ -82,6 +82,15 @@ const adapters = {
     async clear() { const r = await call({ op: 'clear' }); if (!r.ok) throw new Error(r.error); },
     async size() { return (await call({ op: 'size' })).size; },
   },
+  // The per-fetch-event floor (bench/raw/floor-sw.js): every write answered 202 from
+  // memory, nothing stored, nothing to replay.
+  floor: {
+    async register(url) { await registerAndControl(url); },
+    async ready() {},
+    async replay() { return { ok: false, reason: 'the floor worker stores nothing' }; },
+    async clear() {},
+    async size() { return null; },
+  },
   // The raw-limit worker (bench/raw/raw-sw.js): loops only, no outbox.
   raw: {
     async register(url) { await registerAndControl(url); },

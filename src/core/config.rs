@@ -74,6 +74,13 @@ pub struct Config {
     /// `false` leaves it waiting until a page asks (`SKIP_WAITING`): a prompt-to-update
     /// flow. Read by `www/sw.js`, which installs and activates.
     pub skip_waiting: bool,
+    /// Whether the worker serves only the API (contract 1, r4): where the browser offers
+    /// static routing, its install routes every request that is neither under
+    /// `apiPrefix` nor an auth route (nor the app shell's) to the network, so a page load
+    /// never waits for the worker to start. `false` (the default): every request reaches
+    /// the fetch listeners, as a site that pairs the outbox with its own caching needs.
+    /// Read by `www/sw.js`, which installs.
+    pub static_routes: bool,
     /// Cache-name suffix naming this build; `www/sw.js` sets it from the build id.
     pub build: String,
 }
@@ -108,6 +115,7 @@ impl Default for Config {
             shell_url: None,
             notification_url: "/".into(),
             skip_waiting: true,
+            static_routes: false,
             build: "dev".into(),
         }
     }
@@ -477,6 +485,14 @@ mod tests {
         assert!(serde_json::from_str::<Config>(r#"{"attemptTimeoutMs":-1}"#).is_err());
         assert!(serde_json::from_str::<Config>(r#"{"attemptTimeoutMs":1.5}"#).is_err());
         // A flag is a boolean, not a truthy value: "false" would read as a prompt nobody wrote.
+        assert!(serde_json::from_str::<Config>(r#"{"staticRoutes":"true"}"#).is_err());
+        assert!(serde_json::from_str::<Config>(r#"{"staticRoutes":1}"#).is_err());
+        let c: Config = serde_json::from_str(r#"{"staticRoutes":true}"#).expect("parses");
+        assert!(c.validate().expect("valid").static_routes);
+        assert!(
+            !Config::default().static_routes,
+            "the default is false (contract 1, r4)"
+        );
         assert!(serde_json::from_str::<Config>(r#"{"skipWaiting":"false"}"#).is_err());
         assert!(serde_json::from_str::<Config>(r#"{"skipWaiting":0}"#).is_err());
         let c: Config = serde_json::from_str(r#"{"skipWaiting":false}"#).expect("parses");

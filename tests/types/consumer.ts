@@ -43,6 +43,7 @@ const config: OutboxConfig = {
   shellUrl: './index.html',
   notificationUrl: '/',
   skipWaiting: false,
+  staticRoutes: true,
   build: 'ignored',
   queueStatuses: [502, 503, 504],
   persistAuthorization: false,
@@ -51,6 +52,8 @@ const config: OutboxConfig = {
 const badConfig: OutboxConfig = { attemptTimeoutMs: '15s' };
 // @ts-expect-error skipWaiting is a boolean, not a word
 const badSkip: OutboxConfig = { skipWaiting: 'no' };
+// @ts-expect-error staticRoutes is a boolean, not a word
+const badStatic: OutboxConfig = { staticRoutes: 'yes' };
 // @ts-expect-error unknown fields are refused (the worker refuses them too)
 const typoConfig: OutboxConfig = { apiPrefx: '/api/' };
 
@@ -274,4 +277,4 @@ async function adopter(): Promise<void> {
     answered, future, names, badCommand, written, aborted, read, readCommand, edited, noBody];
 }
 
-void [badConfig, badSkip, typoConfig, plugins, reportTypes, adopter];
+void [badConfig, badSkip, badStatic, typoConfig, plugins, reportTypes, adopter];
