@@ -25,7 +25,8 @@ const SAMPLES: &[&str] = &[
        replayConcurrency: 8, neverQueuePattern: '/merge$', serverKeyTtlMs: 9, \
        maxRetryAfterMs: 10, offlineProbeMs: 11, replayHeaders: ['If-Match'], \
        queueStatuses: [500, 429], persistAuthorization: true, precache: ['/a', '/b.html'], \
-       shellUrl: '/b.html', notificationUrl: '/n', skipWaiting: false, build: 'b1' })",
+       shellUrl: '/b.html', notificationUrl: '/n', skipWaiting: false, staticRoutes: true, \
+       build: 'b1' })",
     "({ stillRunningPatienceMs: 0 })",
     "({ stillRunningPatienceMs: 9007199254740991 })",
     "({ stillRunningPatienceMs: 9007199254740992 })",
@@ -50,6 +51,7 @@ const SAMPLES: &[&str] = &[
     "({ attemptTimeoutMs: -0 })",
     "({ skipWaiting: 'false' })",
     "({ skipWaiting: 0 })",
+    "({ staticRoutes: 'true' })",
     "({ persistAuthorization: null })",
     "({ apiPrefix: 5 })",
     "({ apiPrefix: null })",
@@ -142,6 +144,7 @@ fn every_field_is_read() {
     assert_ne!(all.shell_url, d.shell_url);
     assert_ne!(all.notification_url, d.notification_url);
     assert_ne!(all.skip_waiting, d.skip_waiting);
+    assert_ne!(all.static_routes, d.static_routes);
     assert_ne!(all.build, d.build);
 }
 

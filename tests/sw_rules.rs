@@ -10,7 +10,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use serde_json::{json, Value};
-use sw_outbox::core::config::Config;
+use sw_outbox::core::config::{Config, DEFAULT_AUTH_NAMES, DEFAULT_AUTH_PARENTS};
 use sw_outbox::core::first_attempt::{SyntheticAnswer, WHY};
 use sw_outbox::core::key::IDEMPOTENCY_KEY_HEADER;
 use sw_outbox::core::route::WRITE_METHODS;
@@ -23,7 +23,7 @@ const END: &str = "// ---- generated from Rust: end\n";
 /// The configuration fields `sw.js` reads before (or beside) the module: their defaults
 /// are in the block. (Only these: every default would cost the script's size for
 /// nothing.) `sw_js_reads_only_fields_of_the_block` holds sw.js to this list.
-const READ_BY_SW_JS: [&str; 7] = [
+const READ_BY_SW_JS: [&str; 8] = [
     "apiPrefix",
     "authRoutePattern",
     "expectedAccountHeader",
@@ -31,6 +31,7 @@ const READ_BY_SW_JS: [&str; 7] = [
     "shellUrl",
     "skipWaiting",
     "build",
+    "staticRoutes",
 ];
 
 /// `defaults`' values of the fields sw.js reads, in [`READ_BY_SW_JS`]'s order.
@@ -51,6 +52,8 @@ fn rules(defaults: &Config) -> Value {
         "config": config_defaults(defaults),
         "shellStatuses": SHELL_STATUSES,
         "writeMethods": WRITE_METHODS,
+        "authNames": DEFAULT_AUTH_NAMES,
+        "authParents": DEFAULT_AUTH_PARENTS,
         "cachePrefix": CACHE_PREFIX,
         "cachesLock": CACHES_LOCK,
         "idempotencyKeyHeader": IDEMPOTENCY_KEY_HEADER,

@@ -61,6 +61,26 @@ mark('glue');
 // Written by `SW_RULES_WRITE=1 cargo test --test sw_rules` from the Rust definitions
 // (tests/sw_rules.rs); `cargo test` fails when it differs. Not edited by hand.
 const SW_OUTBOX_RULES = {
+  "authNames": [
+    "auth",
+    "login",
+    "logout",
+    "signin",
+    "signout",
+    "sign-in",
+    "sign-out",
+    "session",
+    "sessions",
+    "token",
+    "tokens",
+    "refresh",
+    "oauth"
+  ],
+  "authParents": [
+    "",
+    "/api",
+    "/accounts"
+  ],
   "cachePrefix": "sw-outbox-",
   "cachesLock": "sw-outbox:caches",
   "config": {
@@ -70,7 +90,8 @@ const SW_OUTBOX_RULES = {
     "expectedAccountHeader": "X-PM-Expected-Account",
     "precache": [],
     "shellUrl": null,
-    "skipWaiting": true
+    "skipWaiting": true,
+    "staticRoutes": false
   },
   "idempotencyKeyHeader": "Idempotency-Key",
   "notStarted": {
@@ -446,9 +467,9 @@ function keepAlive(event) {
 /** The default `authRoutePattern`'s names and the segments they may follow, as
  * URLPatterns can say them (Chromium refuses a pattern with a regular-expression group,
  * so the alternation becomes one pattern per name). */
-const AUTH_NAMES = ['auth', 'login', 'logout', 'signin', 'signout', 'sign-in', 'sign-out',
-  'session', 'sessions', 'token', 'tokens', 'refresh', 'oauth'];
-const AUTH_PARENTS = ['', '/api', '/accounts'];
+/** The default auth pattern's names and places, as lists (`core::config`). */
+const AUTH_NAMES = SW_OUTBOX_RULES.authNames;
+const AUTH_PARENTS = SW_OUTBOX_RULES.authParents;
 
 /** A URLPattern pathname matching `text` literally. */
 const patternText = (text) => text.replace(/[\\*+?(){}:]/g, '\\$&');
@@ -497,12 +518,12 @@ function literalStart(source) {
  * or an `apiPrefix` holding `?` or `#`.
  */
 function staticRouteRules(config) {
-  const prefix = config.apiPrefix ?? ROUTE_DEFAULTS.apiPrefix;
+  const prefix = config.apiPrefix ?? CONFIG_DEFAULTS.apiPrefix;
   if (/[?#]/.test(prefix)) return null;
   const keep = [{ urlPattern: new URLPattern({ pathname: `${patternText(prefix)}*` }) }];
   const caseless = (pathname) => ({ urlPattern: new URLPattern({ pathname }, { ignoreCase: true }) });
-  const auth = config.authRoutePattern ?? ROUTE_DEFAULTS.authRoutePattern;
-  if (auth === ROUTE_DEFAULTS.authRoutePattern) {
+  const auth = config.authRoutePattern ?? CONFIG_DEFAULTS.authRoutePattern;
+  if (auth === CONFIG_DEFAULTS.authRoutePattern) {
     for (const parent of AUTH_PARENTS) {
       for (const name of AUTH_NAMES) keep.push(caseless(`${parent}/${name}`), caseless(`${parent}/${name}/*`));
     }
@@ -511,7 +532,7 @@ function staticRouteRules(config) {
     if (start.replace(/\/+/g, '') === '') return null;
     keep.push(caseless(`${patternText(start)}*`));
   }
-  const precache = config.precache ?? [];
+  const precache = config.precache ?? CONFIG_DEFAULTS.precache;
   if ((config.shellUrl ?? precache.find(isPage)) != null) keep.push({ requestMode: 'navigate' });
   for (const url of precache) keep.push({ urlPattern: new URLPattern({ pathname: patternText(new URL(url).pathname) }) });
   return [{ condition: { not: { or: keep } }, source: 'network' }];
@@ -520,7 +541,7 @@ function staticRouteRules(config) {
 /** Declares the static routes where the engine offers them (`staticRoutes: true`); a
  * refusal is logged and changes nothing: every request then reaches the listener. */
 function addStaticRoutes(event) {
-  if (CONFIG.staticRoutes !== true || typeof event.addRoutes !== 'function') return;
+  if ((CONFIG.staticRoutes ?? CONFIG_DEFAULTS.staticRoutes) !== true || typeof event.addRoutes !== 'function') return;
   try {
     const rules = staticRouteRules(CONFIG);
     if (!rules) {

@@ -132,6 +132,17 @@ impl Default for Config {
 /// JavaScript and a Rust regular expression, compiled case-insensitively.
 pub const DEFAULT_AUTH_ROUTE_PATTERN: &str = r"^/(?:(?:api|accounts)/)?(?:auth|login|logout|signin|signout|sign-in|sign-out|sessions?|tokens?|refresh|oauth)(?:/|\?|$)";
 
+/// The names and places [`DEFAULT_AUTH_ROUTE_PATTERN`] spells as one expression, as lists:
+/// `sw.js` turns them into one URLPattern per name and place for `staticRoutes` (Chromium
+/// takes no regular-expression groups there). `default_auth_pattern_is_its_lists` holds
+/// the two forms together.
+pub const DEFAULT_AUTH_NAMES: [&str; 13] = [
+    "auth", "login", "logout", "signin", "signout", "sign-in", "sign-out", "session", "sessions",
+    "token", "tokens", "refresh", "oauth",
+];
+/// Where a [`DEFAULT_AUTH_NAMES`] segment may stand: first, or second after these.
+pub const DEFAULT_AUTH_PARENTS: [&str; 3] = ["", "/api", "/accounts"];
+
 /// The default database of the origin's first registration (contract 3).
 pub const DEFAULT_DB_NAME: &str = "sw-outbox";
 
@@ -352,6 +363,40 @@ mod docs;
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
+
+    /// The default pattern matches exactly a name of [`DEFAULT_AUTH_NAMES`] as a whole
+    /// segment after a place of [`DEFAULT_AUTH_PARENTS`], in any case, and nothing else
+    /// (so the lists sw.js routes by for `staticRoutes` are the pattern).
+    #[test]
+    fn default_auth_pattern_is_its_lists() {
+        let re = regex::RegexBuilder::new(DEFAULT_AUTH_ROUTE_PATTERN)
+            .case_insensitive(true)
+            .build()
+            .expect("the default pattern compiles");
+        let near = ["", "s", "x", "-x", "er", "izer", "ors"];
+        let places = ["", "/api", "/accounts", "/app", "/api/v1", "/x/api"];
+        let names = DEFAULT_AUTH_NAMES
+            .iter()
+            .copied()
+            .chain(["sign", "oauth2", "tok", "me"]);
+        for name in names {
+            for suffix in near {
+                let segment = format!("{name}{suffix}");
+                let listed = DEFAULT_AUTH_NAMES.contains(&segment.as_str());
+                for place in places {
+                    let routed = listed && DEFAULT_AUTH_PARENTS.contains(&place);
+                    for end in ["", "/", "/x", "?a=1"] {
+                        for path in [
+                            format!("{place}/{segment}{end}"),
+                            format!("{place}/{}{end}", segment.to_uppercase()),
+                        ] {
+                            assert_eq!(re.is_match(&path), routed, "{path}");
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn defaults_are_the_contracts() {

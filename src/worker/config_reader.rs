@@ -16,7 +16,7 @@ use wasm_bindgen::{JsCast, JsValue};
 
 /// `Config`'s fields as a page writes them, in the struct's order (the order an unknown
 /// field's message lists them in).
-const FIELDS: [&str; 28] = [
+const FIELDS: [&str; 29] = [
     "apiPrefix",
     "authRoutePattern",
     "authMePath",
@@ -44,6 +44,7 @@ const FIELDS: [&str; 28] = [
     "shellUrl",
     "notificationUrl",
     "skipWaiting",
+    "staticRoutes",
     "build",
 ];
 
@@ -127,6 +128,7 @@ fn set(c: &mut Config, key: &str, v: &JsValue) -> Result<(), String> {
         shell_url,
         notification_url,
         skip_waiting,
+        static_routes,
         build,
     } = c;
     match key {
@@ -159,6 +161,7 @@ fn set(c: &mut Config, key: &str, v: &JsValue) -> Result<(), String> {
         "shellUrl" => *shell_url = optional(v)?,
         "notificationUrl" => *notification_url = string(v)?,
         "skipWaiting" => *skip_waiting = boolean(v)?,
+        "staticRoutes" => *static_routes = boolean(v)?,
         "build" => *build = string(v)?,
         other => return Err(unknown_field(other)),
     }
