@@ -68,7 +68,7 @@ export interface OutboxConfig {
   /** (r4) Whether the worker serves only the API: where the browser offers static routing
    * (`InstallEvent.addRoutes`, Chromium), the install routes every request that is neither
    * under `apiPrefix` nor an auth route (nor, with `precache`, a navigation or a precached
-   * file) to the network, so page loads never start the worker. Default false: every
+   * file) to the network, so page loads never reach its fetch listeners. Default false: every
    * request reaches the worker's fetch listeners (your own caching included). */
   staticRoutes?: boolean;
   /** Set by `sw.js` from `pkg/build.js` and `SW_OUTBOX_SHELL_BUILD`; names the cache
