@@ -50,23 +50,22 @@ fn get(o: &JsValue, name: &str) -> JsValue {
     js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
 }
 
+/// The text of sw.js between its `// ---- <name>: begin` and `// ---- <name>: end` lines.
+fn part_of_sw_js(name: &str) -> &'static str {
+    let begin = SW_JS
+        .find(&format!("// ---- {name}: begin"))
+        .unwrap_or_else(|| panic!("sw.js marks where its {name} part begins"));
+    let end = SW_JS
+        .find(&format!("// ---- {name}: end"))
+        .unwrap_or_else(|| panic!("sw.js marks where its {name} part ends"));
+    &SW_JS[begin..end]
+}
+
 /// The route part of sw.js, evaluated on its own with the generated block it reads
 /// (tests/sw_rules.rs writes that block from the Rust); its functions by name.
 fn mirror() -> JsValue {
-    let generated = SW_JS
-        .find("// ---- generated from Rust: begin")
-        .expect("sw.js has the generated block");
-    let generated_end = SW_JS
-        .find("// ---- generated from Rust: end")
-        .expect("sw.js marks where the generated block ends");
-    let generated = &SW_JS[generated..generated_end];
-    let begin = SW_JS
-        .find("// ---- route: begin")
-        .expect("sw.js marks where the route part begins");
-    let end = SW_JS
-        .find("// ---- route: end")
-        .expect("sw.js marks where the route part ends");
-    let part = &SW_JS[begin..end];
+    let generated = part_of_sw_js("generated from Rust");
+    let part = part_of_sw_js("route");
     js_sys::Function::new_no_args(&format!(
         "{generated}\n{part}\nreturn {{ swOutboxRoute, CONFIG_DEFAULTS, SHELL_STATUSES, isPage, shellAnswer, \
          networkOrOffline, notStarted, withoutOutboxHeaders }};"
