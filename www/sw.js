@@ -226,11 +226,25 @@ function takeEarly() {
   return earlyDb ? readEarly(earlyDb) : opening.then((db) => db && readEarly(db));
 }
 
-// A module worker (`sw-outbox/worker`, pkg/worker.js) has imported the three already:
-// there `importScripts` throws.
-if (typeof self.SW_OUTBOX_WASM !== 'string') {
-  importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js', BASE + 'pkg/sw_outbox_wasm.js');
+/**
+ * The module's scripts: its glue and its bytes (half a megabyte of script text). A
+ * browser keeps only the scripts a worker imported while it was installing, so the
+ * first evaluation of a version imports them; a worker of that version started again
+ * later (the browser stops idle workers) imports them only when an event first needs
+ * the module (issue 36): a page's navigation and files, which the outbox does not
+ * answer, then wait for no parse of the module's script. Where the engine does not say
+ * the worker's state (Firefox), they are imported at once, as while installing. A
+ * module worker (`sw-outbox/worker`, pkg/worker.js) has imported them already: there
+ * `importScripts` throws.
+ */
+function importModuleScripts() {
+  if (typeof self.SW_OUTBOX_WASM === 'string') return;
+  importScripts(BASE + 'pkg/sw_outbox.js', BASE + 'pkg/sw_outbox_wasm.js');
+  mark('module-scripts');
 }
+if (typeof self.SW_OUTBOX_WASM !== 'string') importScripts(BASE + 'pkg/build.js');
+const RESTARTED = !!self.serviceWorker && self.serviceWorker.state === 'activated';
+if (!RESTARTED) importModuleScripts();
 mark('glue');
 const SHELL_BUILD = self.SW_OUTBOX_SHELL_BUILD;
 if (SHELL_BUILD !== undefined && !(typeof SHELL_BUILD === 'string' && /^[\w.-]+$/.test(SHELL_BUILD))) {
@@ -397,6 +411,7 @@ function outbox() {
   if (!loading) {
     loading = (async () => {
       const handover = takeEarly();
+      importModuleScripts();
       const bytes = moduleBytes();
       mark('module-found');
       await wasm_bindgen({ module_or_path: bytes });
