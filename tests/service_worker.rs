@@ -1724,3 +1724,67 @@ async fn windows_accounts_and_kept_reports_live_in_the_session_store() {
     assert!(store.named_windows().await.expect("read").is_empty());
     assert!(store.kept_accounts().await.expect("read").is_empty());
 }
+
+/// Writes queued together share one Background Sync registration (where the API exists):
+/// a write whose registration would go out while another's is still on its way joins
+/// that one, which the browser answers after both were stored. Each 202 still says
+/// whether a sync will deliver it. Counted by wrapping `registration.sync.register`.
+#[wasm_bindgen_test]
+async fn writes_queued_together_share_one_sync_registration() {
+    let db = unique("syncjoin");
+    let o = outbox(&db, 1).await;
+    o.assume_network_failed_for_tests();
+    let counter = js_sys::Function::new_no_args(
+        "const sync = self.registration.sync;
+         if (!sync) return null;
+         const state = { calls: 0 };
+         const register = sync.register;
+         sync.register = function (...args) { state.calls += 1; return register.apply(this, args); };
+         state.restore = () => { delete sync.register; };
+         return state;",
+    )
+    .call0(&JsValue::NULL)
+    .expect("wrapped");
+    let n = 16;
+    let answers = js_sys::Array::new();
+    for i in 0..n {
+        let r = request(
+            "POST",
+            &format!("/api/projects/p{}/tasks", i % 4),
+            &[("X-PM-Expected-Account", "alice")],
+            Some(b"{}"),
+        );
+        answers.push(&o.handle_fetch(r, None));
+    }
+    let all = JsFuture::from(js_sys::Promise::all(&answers))
+        .await
+        .expect("every write answered");
+    let mut background = Vec::new();
+    for resp in js_sys::Array::from(&all).iter() {
+        let resp: Response = resp.unchecked_into();
+        assert_eq!(resp.status(), 202);
+        let text = JsFuture::from(resp.text().expect("text"))
+            .await
+            .expect("body")
+            .as_string()
+            .unwrap_or_default();
+        let json: Value = serde_json::from_str(&text).expect("json");
+        background.push(json["background"].as_bool().expect("background said"));
+    }
+    if counter.is_null() {
+        // No Background Sync (Firefox, WebKit): none is claimed.
+        assert!(background.iter().all(|b| !b), "{background:?}");
+        return;
+    }
+    let calls = get(&counter, "calls").as_f64().expect("count") as usize;
+    let _ = js_sys::Function::from(get(&counter, "restore")).call0(&JsValue::NULL);
+    assert!(background.iter().all(|b| *b), "{background:?}");
+    assert!(
+        calls < n,
+        "{calls} registrations for {n} writes queued together: they were not shared"
+    );
+}
+
+fn get(o: &JsValue, name: &str) -> JsValue {
+    js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
+}

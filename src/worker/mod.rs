@@ -116,6 +116,9 @@ pub(crate) struct Inner {
     /// A write was queued while a sync event was being handled: its registration waits
     /// for the event's end (`sync_for_queued`, `handle_sync`).
     sync_owed: std::cell::Cell<bool>,
+    /// Writes queued while this worker's registration of the sync is on its way to the
+    /// browser: they share its outcome (`sync_for_queued`), one registration for them all.
+    sync_joining: RefCell<Option<Vec<crate::channel::oneshot::Sender<bool>>>>,
     background_sync: bool,
     /// A newer version of the registration activated (`watch_successor`).
     replaced: std::cell::Cell<bool>,
@@ -235,6 +238,7 @@ pub async fn start(config: JsValue, early: JsValue) -> Result<Outbox, JsValue> {
         barrier: barrier::Barrier::default(),
         syncs_firing: std::cell::Cell::new(0),
         sync_owed: std::cell::Cell::new(false),
+        sync_joining: RefCell::new(None),
         background_sync: retry::has_background_sync(),
         replaced: std::cell::Cell::new(false),
     });

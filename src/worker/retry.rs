@@ -98,7 +98,24 @@ impl Inner {
             self.sync_owed.set(true);
             return true;
         }
-        register_sync(&self.config.sync_tag).await
+        // A registration already on its way was asked for after this write's commit
+        // began and answers after it: the sync it registers finds this write stored.
+        // Joining it spares the browser one registration per write (each one a round
+        // trip and a write of the registration's storage in Chromium).
+        let joined = self.sync_joining.borrow_mut().as_mut().map(|joining| {
+            let (tx, rx) = crate::channel::oneshot::channel();
+            joining.push(tx);
+            rx
+        });
+        if let Some(rx) = joined {
+            return rx.await.unwrap_or(false);
+        }
+        *self.sync_joining.borrow_mut() = Some(Vec::new());
+        let registered = register_sync(&self.config.sync_tag).await;
+        for joined in self.sync_joining.take().unwrap_or_default() {
+            let _ = joined.send(registered);
+        }
+        registered
     }
 }
 
