@@ -164,13 +164,13 @@ async fn the_outbox_refuses_a_bad_configuration_as_before() {
             "sw-outbox: config.replayConcurrency: must be between 1 and 32",
         ),
     ] {
-        let refused = sw_outbox::worker::start(sample(expr))
+        let refused = sw_outbox::worker::start(sample(expr), JsValue::UNDEFINED)
             .await
             .err()
             .and_then(|e| e.as_string());
         assert_eq!(refused.as_deref(), Some(said), "{expr}");
     }
-    let unknown = sw_outbox::worker::start(sample("({ attemptTimeout: 5 })"))
+    let unknown = sw_outbox::worker::start(sample("({ attemptTimeout: 5 })"), JsValue::UNDEFINED)
         .await
         .err()
         .and_then(|e| e.as_string())
@@ -199,7 +199,7 @@ async fn a_pattern_that_does_not_compile_refuses_the_start() {
             "neverQueuePattern",
         ),
     ] {
-        let refused = sw_outbox::worker::start(sample(expr))
+        let refused = sw_outbox::worker::start(sample(expr), JsValue::UNDEFINED)
             .await
             .err()
             .and_then(|e| e.as_string())
@@ -212,9 +212,10 @@ async fn a_pattern_that_does_not_compile_refuses_the_start() {
         );
     }
     // A good one starts, and its patterns work from their first use.
-    let o = sw_outbox::worker::start(sample(
-        "({ dbName: 'good-patterns', neverQueuePattern: '/merge$' })",
-    ))
+    let o = sw_outbox::worker::start(
+        sample("({ dbName: 'good-patterns', neverQueuePattern: '/merge$' })"),
+        JsValue::UNDEFINED,
+    )
     .await;
     assert!(o.is_ok());
 }

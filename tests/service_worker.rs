@@ -119,7 +119,7 @@ fn js(v: &Value) -> JsValue {
 
 /// The reason `start` refuses a configuration.
 async fn start_refusal(cfg: Value) -> String {
-    match sw_outbox::worker::start(js(&cfg)).await {
+    match sw_outbox::worker::start(js(&cfg), JsValue::UNDEFINED).await {
         Ok(_) => panic!("must refuse {cfg}"),
         Err(e) => e.as_string().unwrap_or_default(),
     }
@@ -519,7 +519,7 @@ async fn a_bearer_sessions_credential_is_kept_only_when_given_and_goes_with_the_
 
 async fn outbox(db: &str, timeout_ms: u32) -> sw_outbox::worker::Outbox {
     let cfg = serde_json::json!({"dbName": db, "attemptTimeoutMs": timeout_ms});
-    sw_outbox::worker::start(js(&cfg))
+    sw_outbox::worker::start(js(&cfg), JsValue::UNDEFINED)
         .await
         .unwrap_or_else(|e| panic!("start: {e:?}"))
 }
@@ -681,7 +681,9 @@ async fn page_keys_of_any_sane_shape_are_kept_and_a_malformed_one_refused() {
 async fn an_oversized_body_that_cannot_go_through_is_refused_413_and_not_stored() {
     let db = unique("big");
     let cfg = serde_json::json!({"dbName": db, "maxBodyBytes": 1024});
-    let o = sw_outbox::worker::start(js(&cfg)).await.expect("start");
+    let o = sw_outbox::worker::start(js(&cfg), JsValue::UNDEFINED)
+        .await
+        .expect("start");
     // Not timing: the write is not attempted at all (a known-offline worker).
     o.assume_network_failed_for_tests();
     let (status, json) = answer(&o, request("POST", "/api/notes", &[], Some(&big_body()))).await;
@@ -1134,7 +1136,7 @@ async fn auth_session_takes_a_long_token_and_stores_it_only_when_configured_to()
     for persist in [false, true] {
         let db = unique("bearer-session");
         let cfg = serde_json::json!({"dbName": db, "persistAuthorization": persist});
-        let o = sw_outbox::worker::start(js(&cfg))
+        let o = sw_outbox::worker::start(js(&cfg), JsValue::UNDEFINED)
             .await
             .unwrap_or_else(|e| panic!("start: {e:?}"));
         let answer = command(
@@ -1520,7 +1522,7 @@ async fn outbox_with_a_record(
 ) -> sw_outbox::worker::Outbox {
     let db = unique(name);
     let cfg = serde_json::json!({"dbName": db, "authMePath": auth_me_path, "syncTag": sync_tag});
-    let o = sw_outbox::worker::start(js(&cfg))
+    let o = sw_outbox::worker::start(js(&cfg), JsValue::UNDEFINED)
         .await
         .unwrap_or_else(|e| panic!("start: {e:?}"));
     let store = open(&db).await;

@@ -85,7 +85,7 @@ async fn settle(p: JsValue) -> Result<JsValue, JsValue> {
 }
 
 async fn outbox(config: &Value) -> Result<sw_outbox::worker::Outbox, String> {
-    sw_outbox::worker::start(js(config))
+    sw_outbox::worker::start(js(config), JsValue::UNDEFINED)
         .await
         .map_err(|e| e.as_string().unwrap_or_default())
 }

@@ -1,7 +1,9 @@
 //! What `www/sw.js` needs before the module loads, written from the Rust definitions
 //! (issue 34, 9): every configuration default (`Config::default`), the shell's statuses
 //! (`core::shell`), the write methods (`core::route`), the cache prefix and lock, the
-//! key header, and the 503 answers given without the module (`core::first_attempt`).
+//! key header, the 503 answers given without the module (`core::first_attempt`), and
+//! the database's name, version, stores and keys it opens and reads at its first
+//! evaluation (`core::layout`, issue 36).
 //! They stand in sw.js between its `generated from Rust: begin` and `end` lines;
 //! `SW_RULES_WRITE=1 cargo test --test sw_rules` writes them, and `cargo test` fails
 //! when sw.js holds anything else, so a default changed in Rust and not in sw.js is
@@ -10,9 +12,10 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use serde_json::{json, Value};
-use sw_outbox::core::config::{Config, DEFAULT_AUTH_NAMES, DEFAULT_AUTH_PARENTS};
+use sw_outbox::core::config::{Config, DEFAULT_AUTH_NAMES, DEFAULT_AUTH_PARENTS, DEFAULT_DB_NAME};
 use sw_outbox::core::first_attempt::{SyntheticAnswer, WHY};
 use sw_outbox::core::key::IDEMPOTENCY_KEY_HEADER;
+use sw_outbox::core::layout;
 use sw_outbox::core::route::WRITE_METHODS;
 use sw_outbox::core::shell::{CACHES_LOCK, CACHE_PREFIX, SHELL_STATUSES};
 
@@ -23,7 +26,7 @@ const END: &str = "// ---- generated from Rust: end\n";
 /// The configuration fields `sw.js` reads before (or beside) the module: their defaults
 /// are in the block. (Only these: every default would cost the script's size for
 /// nothing.) `sw_js_reads_only_fields_of_the_block` holds sw.js to this list.
-const READ_BY_SW_JS: [&str; 8] = [
+const READ_BY_SW_JS: [&str; 9] = [
     "apiPrefix",
     "authRoutePattern",
     "expectedAccountHeader",
@@ -32,6 +35,7 @@ const READ_BY_SW_JS: [&str; 8] = [
     "skipWaiting",
     "build",
     "staticRoutes",
+    "dbName",
 ];
 
 /// `defaults`' values of the fields sw.js reads, in [`READ_BY_SW_JS`]'s order.
@@ -59,6 +63,16 @@ fn rules(defaults: &Config) -> Value {
         "idempotencyKeyHeader": IDEMPOTENCY_KEY_HEADER,
         "offline": { "status": offline.status, "body": offline.body },
         "notStarted": { "status": not_started.status, "body": not_started.body, "why": WHY },
+        "database": {
+            "name": DEFAULT_DB_NAME,
+            "version": layout::VERSION,
+            "stores": { "mutations": layout::MUTATIONS, "session": layout::SESSION },
+            "keys": {
+                "session": layout::SESSION_KEY,
+                "scope": layout::SCOPE_KEY,
+                "generation": layout::GENERATION_KEY,
+            },
+        },
     })
 }
 
@@ -191,6 +205,8 @@ fn sw_js_restates_no_rule_outside_the_block() {
         "neither sent nor stored".into(),
         "{ error: 'offline' }".into(),
         "500, 502, 503, 504".into(),
+        format!("'{}'", layout::MUTATIONS),
+        format!("'{}'", layout::GENERATION_KEY),
     ];
     texts.extend(
         WRITE_METHODS

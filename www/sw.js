@@ -50,12 +50,6 @@ const mark = (step) => { try { performance.mark(`sw-outbox:${step}`); } catch (e
 mark('script');
 
 const BASE = new URL(self.SW_OUTBOX_BASE || './', self.location).href;
-// A module worker (`sw-outbox/worker`, pkg/worker.js) has imported the three already:
-// there `importScripts` throws.
-if (typeof self.SW_OUTBOX_WASM !== 'string') {
-  importScripts(BASE + 'pkg/build.js', BASE + 'pkg/sw_outbox.js', BASE + 'pkg/sw_outbox_wasm.js');
-}
-mark('glue');
 
 // ---- generated from Rust: begin
 // Written by `SW_RULES_WRITE=1 cargo test --test sw_rules` from the Rust definitions
@@ -87,11 +81,25 @@ const SW_OUTBOX_RULES = {
     "apiPrefix": "/api/",
     "authRoutePattern": "^/(?:(?:api|accounts)/)?(?:auth|login|logout|signin|signout|sign-in|sign-out|sessions?|tokens?|refresh|oauth)(?:/|\\?|$)",
     "build": "dev",
+    "dbName": null,
     "expectedAccountHeader": "X-PM-Expected-Account",
     "precache": [],
     "shellUrl": null,
     "skipWaiting": true,
     "staticRoutes": false
+  },
+  "database": {
+    "keys": {
+      "generation": "generation",
+      "scope": "scope",
+      "session": "current"
+    },
+    "name": "sw-outbox",
+    "stores": {
+      "mutations": "mutations",
+      "session": "session"
+    },
+    "version": 3
   },
   "idempotencyKeyHeader": "Idempotency-Key",
   "notStarted": {
@@ -136,6 +144,108 @@ const CONFIG = Object.assign({}, self.SW_OUTBOX_CONFIG || DEMO_CONFIG);
 // own `?swconfig=` through). A malformed value stops the worker from installing.
 const OVERRIDE = new URL(self.location.href).searchParams.get('config');
 if (OVERRIDE) Object.assign(CONFIG, JSON.parse(OVERRIDE));
+
+// ---- early database: begin ----------------------------------------------------------
+// The database, opened at the first evaluation (issue 36): the browser opens it while
+// the module's scripts are parsed and the module decoded and instantiated, and the rows
+// a start reads are read while it instantiates; the start adopts both
+// (`worker::early`). Self-contained but for the generated block: the module's tests
+// (tests/service_worker_early.rs) evaluate it on its own and hand its result to a start.
+
+/** The database's name, version, stores and keys (`core::layout`, generated). */
+const DB_LAYOUT = SW_OUTBOX_RULES.database;
+
+/** Opens database `name` at the module's version: the connection, or null. One that
+ * does not exist yet, or needs an upgrade, is left to the module, which holds the
+ * schema: the upgrade is aborted here, so nothing is created or changed. */
+function openEarly(name) {
+  return new Promise((resolve) => {
+    let open;
+    let settled = false;
+    const give = (db) => {
+      if (settled) { if (db) db.close(); return; }
+      settled = true;
+      resolve(db);
+    };
+    try {
+      open = indexedDB.open(name, DB_LAYOUT.version);
+    } catch (e) {
+      give(null);
+      return;
+    }
+    open.onupgradeneeded = () => { try { open.transaction.abort(); } catch (e) { /* done */ } };
+    open.onblocked = () => give(null);
+    open.onerror = (e) => { e.preventDefault(); give(null); };
+    open.onsuccess = () => {
+      const db = open.result;
+      db.onversionchange = () => db.close();
+      give(db);
+    };
+  });
+}
+
+/** The rows a start reads, in one transaction: `{db, rows}`, or `{db}` when they could
+ * not be read (the start reads them itself). */
+function readEarly(db) {
+  return new Promise((resolve) => {
+    try {
+      const { stores, keys } = DB_LAYOUT;
+      const tx = db.transaction([stores.mutations, stores.session], 'readonly');
+      const session = tx.objectStore(stores.session);
+      const asked = {
+        scope: session.get(keys.scope),
+        generation: session.get(keys.generation),
+        session: session.get(keys.session),
+        all: tx.objectStore(stores.mutations).getAll(),
+      };
+      tx.oncomplete = () => {
+        const rows = {};
+        for (const [name, request] of Object.entries(asked)) rows[name] = request.result;
+        resolve({ db, rows });
+      };
+      tx.onabort = () => resolve({ db });
+    } catch (e) {
+      resolve({ db });
+    }
+  });
+}
+// ---- early database: end ------------------------------------------------------------
+
+/** The connection opened at the first evaluation, and the rows once asked for: the
+ * first start takes them (`takeEarly`); a later one (after a failed start) opens and
+ * reads itself. */
+const DB_NAME = typeof CONFIG.dbName === 'string' && CONFIG.dbName ? CONFIG.dbName
+  : (SW_OUTBOX_RULES.config.dbName ?? DB_LAYOUT.name);
+let earlyDb = null;
+let earlyOpening = openEarly(DB_NAME).then((db) => (earlyDb = db));
+function takeEarly() {
+  const opening = earlyOpening;
+  earlyOpening = null;
+  if (!opening) return null;
+  // Already open: the read goes out now, before the module's decoding takes the thread.
+  return earlyDb ? readEarly(earlyDb) : opening.then((db) => db && readEarly(db));
+}
+
+/**
+ * The module's scripts: its glue and its bytes (half a megabyte of script text). A
+ * browser keeps only the scripts a worker imported while it was installing, so the
+ * first evaluation of a version imports them; a worker of that version started again
+ * later (the browser stops idle workers) imports them only when an event first needs
+ * the module (issue 36): a page's navigation and files, which the outbox does not
+ * answer, then wait for no parse of the module's script. Where the engine does not say
+ * the worker's state (Firefox), they are imported at once, as while installing. A
+ * module worker (`sw-outbox/worker`, pkg/worker.js) has imported them already: there
+ * `importScripts` throws.
+ */
+function importModuleScripts() {
+  if (typeof self.SW_OUTBOX_WASM === 'string') return;
+  importScripts(BASE + 'pkg/sw_outbox.js', BASE + 'pkg/sw_outbox_wasm.js');
+  mark('module-scripts');
+}
+if (typeof self.SW_OUTBOX_WASM !== 'string') importScripts(BASE + 'pkg/build.js');
+const RESTARTED = !!self.serviceWorker && self.serviceWorker.state === 'activated';
+if (!RESTARTED) importModuleScripts();
+mark('glue');
 const SHELL_BUILD = self.SW_OUTBOX_SHELL_BUILD;
 if (SHELL_BUILD !== undefined && !(typeof SHELL_BUILD === 'string' && /^[\w.-]+$/.test(SHELL_BUILD))) {
   throw new Error('sw-outbox: SW_OUTBOX_SHELL_BUILD may hold letters, digits, ".", "_" and "-" only');
@@ -300,11 +410,20 @@ function outbox() {
   clearTimeout(idleStart);
   if (!loading) {
     loading = (async () => {
+      const handover = takeEarly();
+      importModuleScripts();
       const bytes = moduleBytes();
       mark('module-found');
       await wasm_bindgen({ module_or_path: bytes });
       mark('module-instantiated');
-      const o = await wasm_bindgen.start(CONFIG);
+      const early = handover ? await handover : null;
+      let o;
+      try {
+        o = await wasm_bindgen.start(CONFIG, early ?? undefined);
+      } catch (e) {
+        if (early) early.db.close(); // adopted or not, no outbox holds it
+        throw e;
+      }
       mark('started');
       loaded = o;
       if (isActive()) startFlush(o);

@@ -13,6 +13,7 @@ pub mod first_attempt;
 pub mod identity;
 pub mod key;
 pub mod lanes;
+pub mod layout;
 pub mod notify;
 pub mod planner;
 pub mod record;

@@ -51,17 +51,11 @@ extern "C" {
     ) -> Result<IdbTransaction, JsValue>;
 }
 
-pub const VERSION: u32 = 3;
-pub const MUTATIONS: &str = "mutations";
-pub const BODIES: &str = "bodies";
-pub const SESSION: &str = "session";
-const SESSION_KEY: &str = "current";
+pub use crate::core::layout::{BODIES, MUTATIONS, SESSION, VERSION};
+use crate::core::layout::{GENERATION_KEY, SCOPE_KEY, SESSION_KEY};
 const BACKOFF_KEY: &str = "backoff";
 /// Why the last flush stopped and when the next is due (`core::delivery::Delivery`).
 const DELIVERY_KEY: &str = "delivery";
-/// The scope that claimed the default database (`core::config::owns_default_db`).
-const SCOPE_KEY: &str = "scope";
-const GENERATION_KEY: &str = "generation";
 /// `notify:<userId>` holds one account's delivery-notification choice.
 const NOTIFY_PREFIX: &str = "notify:";
 
@@ -467,12 +461,19 @@ impl Store {
         drop(on_upgrade);
         migration.borrow_mut().take();
         let db: IdbDatabase = db?.dyn_into().map_err(|_| IdbError::Unavailable)?;
+        Ok(Self::adopt(db, patterns))
+    }
+
+    /// A store over a connection opened elsewhere at [`VERSION`] (`sw.js` opens the
+    /// database at its first evaluation, issue 36): it gets the same version-change
+    /// handling as one this module opened.
+    pub fn adopt(db: IdbDatabase, patterns: Rc<dyn Patterns>) -> Store {
         // Let a newer worker's upgrade proceed instead of being blocked by this one.
         let db_for_close = db.clone();
         let on_version_change: Closure<dyn FnMut()> = Closure::new(move || db_for_close.close());
         db.set_onversionchange(Some(on_version_change.as_ref().unchecked_ref()));
         on_version_change.forget();
-        Ok(Store { db, patterns })
+        Store { db, patterns }
     }
 
     pub fn close(&self) {
@@ -488,9 +489,7 @@ impl Store {
         let work = async {
             let store = Self::store(&tx, SESSION)?;
             let v = request(store.get(&SCOPE_KEY.into()).map_err(failed)?).await?;
-            let owner = Reflect::get(&v, &"scope".into())
-                .ok()
-                .and_then(|s| s.as_string());
+            let owner = Self::claimed_scope(&v);
             if owner.is_some() {
                 let mine = crate::core::config::owns_default_db(owner.as_deref(), me);
                 return Ok(TxEnd::Abort(mine));
@@ -552,18 +551,28 @@ impl Store {
         let gen = request(session.get(&GENERATION_KEY.into()).map_err(failed)?);
         let user = request(session.get(&SESSION_KEY.into()).map_err(failed)?);
         let all = request(Self::store(&tx, MUTATIONS)?.get_all().map_err(failed)?);
-        let generation = Generation::read(&gen.await?);
-        let user = user.await?;
-        let session = session_user_of(&user);
-        let auth = session_auth_of(&user);
-        let (items, foreign) = self.items_of(&all.await?);
-        Ok(Snapshot {
-            generation,
-            session,
-            auth,
+        let (gen, user) = (gen.await?, user.await?);
+        Ok(self.snapshot_of(&gen, &user, &all.await?))
+    }
+
+    /// The snapshot of the rows [`Store::snapshot`] reads (the generation, the session
+    /// row and every record), read in one transaction by this module or by `sw.js`.
+    pub fn snapshot_of(&self, generation: &JsValue, user: &JsValue, all: &JsValue) -> Snapshot {
+        let (items, foreign) = self.items_of(all);
+        Snapshot {
+            generation: Generation::read(generation),
+            session: session_user_of(user),
+            auth: session_auth_of(user),
             items,
             foreign,
-        })
+        }
+    }
+
+    /// The scope recorded in a claim row (`SCOPE_KEY`), as [`Store::claim`] reads it.
+    pub fn claimed_scope(row: &JsValue) -> Option<String> {
+        Reflect::get(row, &"scope".into())
+            .ok()
+            .and_then(|s| s.as_string())
     }
 
     fn items_of(&self, all: &JsValue) -> (Vec<QueueItem>, usize) {

@@ -12,6 +12,7 @@ mod clients;
 mod commands;
 #[doc(hidden)] // public for its service-worker tests only
 pub mod config_reader;
+mod early;
 mod fetch;
 mod flush;
 mod http;
@@ -132,15 +133,38 @@ pub struct Outbox {
 async fn open_database(
     config: &Config,
     patterns: Rc<patterns::JsPatterns>,
-) -> Result<(Store, String), crate::store::idb::IdbError> {
-    use crate::core::config::{scoped_db_name, DEFAULT_DB_NAME};
+    early: Option<early::Early>,
+) -> Result<(Store, String, Option<crate::store::Snapshot>), crate::store::idb::IdbError> {
+    use crate::core::config::{owns_default_db, scoped_db_name, DEFAULT_DB_NAME};
+    // sw.js's connection, when it opened the database this start opens first.
+    let (adopted, rows) = match early {
+        Some(e) => (Some(Store::adopt(e.db, patterns.clone())), e.rows),
+        None => (None, None),
+    };
     if let Some(name) = &config.db_name {
-        return Ok((Store::open(name, patterns).await?, name.clone()));
+        let store = match adopted {
+            Some(store) => store,
+            None => Store::open(name, patterns).await?,
+        };
+        let snap = rows.map(|r| store.snapshot_of(&r.generation, &r.session, &r.all));
+        return Ok((store, name.clone(), snap));
     }
     let me = scope().registration().scope();
-    let store = Store::open(DEFAULT_DB_NAME, patterns.clone()).await?;
+    let store = match adopted {
+        Some(store) => store,
+        None => Store::open(DEFAULT_DB_NAME, patterns.clone()).await?,
+    };
+    // Claimed by this scope already (every start but the first): the rows sw.js read
+    // are this database's, and nothing is left to read or write before the first event.
+    if let Some(r) = rows {
+        let owner = Store::claimed_scope(&r.scope);
+        if owner.is_some() && owns_default_db(owner.as_deref(), &me) {
+            let snap = store.snapshot_of(&r.generation, &r.session, &r.all);
+            return Ok((store, DEFAULT_DB_NAME.to_owned(), Some(snap)));
+        }
+    }
     if store.claim(&me).await? {
-        return Ok((store, DEFAULT_DB_NAME.to_owned()));
+        return Ok((store, DEFAULT_DB_NAME.to_owned(), None));
     }
     store.close();
     let path = web_sys::Url::new(&me)
@@ -150,13 +174,15 @@ async fn open_database(
     let store = Store::open(&name, patterns).await?;
     // Its own scope's name: claimed for the record, whoever else might use it.
     let _ = store.claim(&me).await;
-    Ok((store, name))
+    Ok((store, name, None))
 }
 
 /// Starts the outbox: validates the configuration, compiles its patterns, opens (and
 /// upgrades) the database and reads the persisted session and the queue's lanes.
+/// `early` is what sw.js opened and read before the module was instantiated
+/// (`worker::early`; `undefined`: nothing, the start opens and reads itself).
 #[wasm_bindgen]
-pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
+pub async fn start(config: JsValue, early: JsValue) -> Result<Outbox, JsValue> {
     let config: Config = if config.is_undefined() || config.is_null() {
         Config::default()
     } else {
@@ -170,7 +196,12 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
     // The database's open request goes out first (the first poll issues it); the
     // patterns are compiled while the browser opens it, only to refuse a bad one here.
     let opened = {
-        let mut opening = std::pin::pin!(open_database(&config, patterns.clone()));
+        let first_name = config
+            .db_name
+            .as_deref()
+            .unwrap_or(crate::core::config::DEFAULT_DB_NAME);
+        let early = early::Early::read(&early, first_name);
+        let mut opening = std::pin::pin!(open_database(&config, patterns.clone(), early));
         // Polled again below with the real waker, which every future on this path keeps
         // from its latest poll.
         let first = std::future::Future::poll(
@@ -183,7 +214,7 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
             std::task::Poll::Pending => opening.await,
         }
     };
-    let (store, db_name) =
+    let (store, db_name, snapshot) =
         opened.map_err(|e| JsValue::from_str(&format!("sw-outbox: cannot open IndexedDB: {e}")))?;
     let inner = Rc::new(Inner {
         shared_db: config.db_name.is_some(),
@@ -207,7 +238,10 @@ pub async fn start(config: JsValue) -> Result<Outbox, JsValue> {
         background_sync: retry::has_background_sync(),
         replaced: std::cell::Cell::new(false),
     });
-    inner.reload().await;
+    match snapshot {
+        Some(snap) => inner.load(snap),
+        None => inner.reload().await,
+    }
     barrier::listen(&inner);
     watch_updates(&inner);
     Ok(Outbox { inner })

@@ -89,6 +89,12 @@ impl Inner {
         let Ok(snap) = self.store.snapshot().await else {
             return;
         };
+        self.load(snap);
+    }
+
+    /// Takes a snapshot's session and lanes as the view (a reload's, or the one `sw.js`
+    /// read at its first evaluation for the start, issue 36).
+    pub(crate) fn load(&self, snap: crate::store::Snapshot) {
         if self.view.generation.get() == Some(snap.generation.n) {
             return; // another reload got there first
         }

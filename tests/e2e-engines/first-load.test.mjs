@@ -106,8 +106,16 @@ self.addEventListener('fetch', (event) => {
  * outside by patching the glue's Outbox class), for the shim's guard (`/throw-sw.js`). */
 const THROW_WORKER = `self.SW_OUTBOX_CONFIG = { precache: [], dbName: 'throw-outbox' };
 self.SW_OUTBOX_BASE = '/sw-outbox/';
+// The glue may come after sw.js's first evaluation (a restarted worker imports it when
+// an event first needs the module): patched whenever it has been imported.
+const importFirst = self.importScripts.bind(self);
+self.importScripts = (...urls) => {
+  importFirst(...urls);
+  if (typeof wasm_bindgen !== 'undefined') {
+    wasm_bindgen.Outbox.prototype.handle_fetch = function () { throw new Error('forced by the test'); };
+  }
+};
 importScripts('/sw-outbox/sw.js');
-wasm_bindgen.Outbox.prototype.handle_fetch = function () { throw new Error('forced by the test'); };
 `;
 
 /** A site worker with the outbox's own shell: the page's files (`/shell-sw.js`). */

@@ -74,6 +74,48 @@ forEachEngine((engine, harness) => {
       assert.deepEqual(await listQueue(page), []);
     }));
 
+  // Issue 36: a worker of an installed version, started again for a page's navigation and
+  // files, imports the module's scripts (half a megabyte of script text) only when an
+  // event first needs the module, and then starts it from them, offline too. The worker's
+  // own User Timing marks say when the import happened: after its first fetch event (the
+  // navigation), not during its first evaluation. Chromium only: Playwright evaluates
+  // in a service worker there.
+  test('a restarted worker imports the module\'s scripts when an event first needs them', { skip: engine !== 'chromium' && 'Playwright evaluates in service workers in Chromium only' },
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      let page = await freshStart(h);
+      await signInThroughUi(page, 'alice');
+      await page.waitForFunction(() => window.demo.sessionSynced === true);
+      const context = h.browser.context;
+      const starts = await h.workerStarts();
+      await h.stopWorkers();
+      page = await h.openDemo({ page });
+      await eventually(async () => await h.workerStarts() > starts, { what: 'the navigation to start the stopped worker' });
+      const marks = () => eventually(async () => {
+        for (const w of context.serviceWorkers()) {
+          const m = await w.evaluate(() => Object.fromEntries(performance.getEntriesByType('mark')
+            .map((x) => [x.name.replace('sw-outbox:', ''), x.startTime]))).catch(() => null);
+          if (m && 'first-fetch' in m) return m;
+        }
+        return null;
+      }, { what: 'the restarted worker\'s marks' });
+      const atStart = await marks();
+      assert.ok('glue' in atStart, JSON.stringify(atStart));
+      assert.ok(!('module-scripts' in atStart) || atStart['module-scripts'] > atStart['first-fetch'],
+        `not imported during the first evaluation: ${JSON.stringify(atStart)}`);
+      await h.setNetwork(false);
+      const r = await bareWrite(page, '/api/projects/p1/tasks', { title: 'after a restart, offline' });
+      assert.equal(r.status, 202, JSON.stringify(r));
+      const after = await marks();
+      assert.ok(after['module-scripts'] > after['first-fetch'] && after.started > after['module-scripts'],
+        `imported when needed, then started: ${JSON.stringify(after)}`);
+      await h.setNetwork(true);
+      const flushed = await page.evaluate(() => window.demo.client.flush());
+      assert.equal(flushed.ok, true, JSON.stringify(flushed));
+      const applied = await h.applied();
+      assert.deepEqual(applied.map((a) => [a.user, a.key]), [['alice', r.body.idempotencyKey]]);
+    }));
+
   test('FLUSH_QUEUEs during a flush run exactly one more flush, not one each', withDiagnostics(harness, async () => {
     const h = harness();
     const page = await freshStart(h);
