@@ -5,18 +5,18 @@
 // also type-checks the JavaScript against its JSDoc). The package's own README, its
 // package.json, vite.js and index.d.ts live in ./package; the copies are gitignored.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { shippedSw } from './shipped-sw.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const pkg = join(root, 'package');
 
 /** [from (repository), to (package)] */
 const COPIES = [
-  ['www/sw.js', 'sw.js'],
   ['www/worker.js', 'worker.js'],
   ['www/pkg/build.js', 'pkg/build.js'],
   ['www/pkg/sw_outbox.js', 'pkg/sw_outbox.js'],
@@ -35,7 +35,7 @@ const DECLARATIONS = [
   ['package/react.d.ts', 'react.d.ts'],
 ];
 
-const missing = COPIES.map(([from]) => from).filter((f) => !existsSync(join(root, f)));
+const missing = [...COPIES.map(([from]) => from), 'www/sw.js'].filter((f) => !existsSync(join(root, f)));
 if (missing.length) {
   console.error(`stage-package: missing ${missing.join(', ')}: run ./build.sh to build the worker first`);
   process.exit(1);
@@ -44,6 +44,8 @@ for (const [from, to] of COPIES) {
   mkdirSync(dirname(join(pkg, to)), { recursive: true });
   copyFileSync(join(root, from), join(pkg, to));
 }
+// The shim without its comments (scripts/shipped-sw.mjs).
+writeFileSync(join(pkg, 'sw.js'), shippedSw());
 
 // vite.js imports the protocol's types from beside it, so tsc runs after the copies. The
 // declarations of a previous run go first: beside the staged page helper, its old .d.ts
