@@ -123,6 +123,77 @@ pub fn from_value<T: de::DeserializeOwned>(value: JsValue) -> Result<T, Error> {
     T::deserialize(De::new(value))
 }
 
+/// A JavaScript value (a parsed JSON answer) as a JSON value, read as
+/// `from_value::<serde_json::Value>` reads it, without serde's visitors in the module:
+/// `null` and `undefined` are null, integers up to 2^53 are integers, other numbers are
+/// floats (NaN and the infinities null), a BigInt is the number `Number()` gives, arrays
+/// and plain objects (or a `Map` with string keys) are read to [`MAX_DEPTH`]; `None` for
+/// anything else (a function, a symbol, an `ArrayBuffer`, an iterable that is not an
+/// array, a non-string key) or for deeper values.
+pub fn json_value(value: &JsValue) -> Option<serde_json::Value> {
+    json_at(value, 0)
+}
+
+fn json_at(v: &JsValue, depth: u16) -> Option<serde_json::Value> {
+    use serde_json::Value;
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    if v.is_null() || v.is_undefined() {
+        return Some(Value::Null);
+    }
+    if let Some(b) = v.as_bool() {
+        return Some(Value::Bool(b));
+    }
+    if let Some(n) = v.as_f64() {
+        return Some(if n.fract() == 0.0 && n.abs() <= MAX_SAFE {
+            Value::from(n as i64)
+        } else {
+            serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
+        });
+    }
+    if let Some(s) = v.as_string() {
+        return Some(Value::String(s));
+    }
+    if v.is_bigint() {
+        #[allow(deprecated)]
+        let n = js_sys::Number::new(v).value_of();
+        return json_at(&JsValue::from_f64(n), depth + 1);
+    }
+    if Array::is_array(v) {
+        let items: &Array = v.unchecked_ref();
+        let mut out = Vec::with_capacity(items.length() as usize);
+        for i in 0..items.length() {
+            out.push(json_at(&items.get(i), depth + 1)?);
+        }
+        return Some(Value::Array(out));
+    }
+    if !v.is_object() {
+        return None;
+    }
+    let pairs = entries_of(v)?;
+    let mut map = serde_json::Map::new();
+    for i in 0..pairs.length() {
+        let pair: Array = pairs.get(i).unchecked_into();
+        let key = pair.get(0).as_string()?;
+        map.insert(key, json_at(&pair.get(1), depth + 1)?);
+    }
+    Some(Value::Object(map))
+}
+
+/// A plain object's (or a `Map`'s) entries as `[key, value]` pairs; `None` for other
+/// iterables and for byte buffers, which no reader here takes as a map.
+fn entries_of(v: &JsValue) -> Option<Array> {
+    if let Some(map) = v.dyn_ref::<js_sys::Map>() {
+        return Some(Array::from(&map.entries()));
+    }
+    let iterable = Reflect::has(v, &js_sys::Symbol::iterator()).unwrap_or(true);
+    if iterable || v.is_instance_of::<js_sys::ArrayBuffer>() {
+        return None;
+    }
+    Some(Object::entries(v.unchecked_ref()))
+}
+
 /// Reads a JavaScript value as `T`, offering a struct every own key of its object, so a
 /// struct that denies unknown fields refuses them (the configuration does: a misspelt
 /// field must not be silently ignored).
@@ -187,17 +258,8 @@ impl De {
         Err(de::Error::invalid_type(u, exp))
     }
 
-    /// A plain object's (or a `Map`'s) entries as `[key, value]` pairs; `None` for
-    /// other iterables and for byte buffers, which no reader here takes as a map.
     fn entries(&self) -> Option<Array> {
-        if let Some(map) = self.value.dyn_ref::<js_sys::Map>() {
-            return Some(Array::from(&map.entries()));
-        }
-        let iterable = Reflect::has(&self.value, &js_sys::Symbol::iterator()).unwrap_or(true);
-        if iterable || self.value.is_instance_of::<js_sys::ArrayBuffer>() {
-            return None;
-        }
-        Some(Object::entries(self.value.unchecked_ref()))
+        entries_of(&self.value)
     }
 }
 

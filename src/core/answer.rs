@@ -135,7 +135,8 @@ fn has_code(body: AnswerBody<'_>, code: &str) -> bool {
 fn names_word(text: &str, word: &str) -> bool {
     let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
     text::match_starts(text, word).any(|at| {
-        !part(text[..at].chars().next_back()) && !part(text[at + word.len()..].chars().next())
+        !part(text::span(text, 0, at).chars().next_back())
+            && !part(text::tail(text, at + word.len()).chars().next())
     })
 }
 
@@ -210,10 +211,10 @@ fn visible_text(body: &str) -> String {
     let mut out = String::with_capacity(body.len());
     let lower = body.to_ascii_lowercase();
     let mut at = 0;
-    while let Some(open) = body[at..].find('<').map(|i| at + i) {
-        out.push_str(&body[at..open]);
+    while let Some(open) = text::tail(body, at).find('<').map(|i| at + i) {
+        out.push_str(text::span(body, at, open));
         out.push(' ');
-        let rest = &lower[open..];
+        let rest = text::tail(&lower, open);
         let skip_to = |end: &str| text::find(rest, end).map(|i| open + i + end.len());
         let close = if rest.starts_with("<!--") {
             skip_to("-->")
@@ -230,7 +231,7 @@ fn visible_text(body: &str) -> String {
             None => return out,
         }
     }
-    out.push_str(&body[at..]);
+    out.push_str(text::tail(body, at));
     out
 }
 
@@ -348,7 +349,7 @@ pub fn parse_retry_after(value: &str, now_ms: u64) -> Option<u64> {
 
 /// Parses `Sun, 06 Nov 1994 08:49:37 GMT` into milliseconds since the epoch.
 fn parse_http_date_ms(s: &str) -> Option<u64> {
-    let rest = &s[text::find(s, ", ")? + 2..];
+    let rest = text::tail(s, text::find(s, ", ")? + 2);
     let parts: Vec<&str> = rest.split(' ').collect();
     let [day, month, year, time, "GMT"] = parts.as_slice() else {
         return None;

@@ -13,6 +13,18 @@ pub fn find(hay: &str, needle: &str) -> Option<usize> {
     h.windows(n.len()).position(|w| w == n)
 }
 
+/// `s[from..to]` without a panic path: every caller slices at char boundaries it found
+/// itself, and a wrong index reads as empty rather than bringing std's slicing panic
+/// (its message formats the string with `Debug`: 2 KB of the gzipped module, issue 36).
+pub fn span(s: &str, from: usize, to: usize) -> &str {
+    s.get(from..to).unwrap_or_default()
+}
+
+/// `s[from..]`, as [`span`].
+pub fn tail(s: &str, from: usize) -> &str {
+    s.get(from..).unwrap_or_default()
+}
+
 /// Whether `hay` contains `needle`.
 pub fn contains(hay: &str, needle: &str) -> bool {
     find(hay, needle).is_some()
@@ -24,10 +36,10 @@ pub fn match_starts<'a>(hay: &'a str, needle: &'a str) -> impl Iterator<Item = u
     let mut from = Some(0);
     std::iter::from_fn(move || {
         let start = from?;
-        let at = start + find(&hay[start..], needle)?;
+        let at = start + find(tail(hay, start), needle)?;
         // An empty needle matches at every character boundary, the end included.
         let step = if needle.is_empty() {
-            hay[at..].chars().next().map_or(1, char::len_utf8)
+            tail(hay, at).chars().next().map_or(1, char::len_utf8)
         } else {
             needle.len()
         };
@@ -72,6 +84,28 @@ pub fn quoted(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `span` and `tail` slice as `s[from..to]` and `s[from..]` do, and where those
+    /// would panic (past the end, inside a character, reversed) give the empty string.
+    #[test]
+    fn span_and_tail_slice_without_a_panic() {
+        let s = "aé✓z";
+        for from in 0..=s.len() + 1 {
+            assert_eq!(tail(s, from), s.get(from..).unwrap_or(""), "{from}..");
+            for to in 0..=s.len() + 1 {
+                assert_eq!(
+                    span(s, from, to),
+                    s.get(from..to).unwrap_or(""),
+                    "{from}..{to}"
+                );
+            }
+        }
+        assert_eq!(span(s, 1, 3), "é");
+        assert_eq!(tail(s, 3), "✓z");
+        assert_eq!(tail(s, 2), "");
+        assert_eq!(span(s, 0, 2), "");
+        assert_eq!(span(s, 3, 1), "");
+    }
 
     #[test]
     fn quotes_as_debug_does_for_ascii() {

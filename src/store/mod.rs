@@ -11,6 +11,7 @@
 //! only. The `session` store also holds the generation (see [`Generation`]).
 
 pub mod idb;
+pub mod session_values;
 mod upgrade;
 mod windows;
 
@@ -1015,7 +1016,7 @@ impl Store {
         if !v.is_object() {
             return Ok(Default::default());
         }
-        Ok(crate::js::from_value(v).unwrap_or_default())
+        Ok(session_values::backoff(&v).unwrap_or_default())
     }
 
     pub async fn set_backoff(&self, b: &crate::core::backoff::Backoff) -> Result<(), IdbError> {
@@ -1031,7 +1032,7 @@ impl Store {
         if !v.is_object() {
             return Ok(Default::default());
         }
-        Ok(crate::js::from_value(v).unwrap_or_default())
+        Ok(session_values::delivery(&v).unwrap_or_default())
     }
 
     /// Stores how a flush ended: the delivery state, and the backoff when it changed, in

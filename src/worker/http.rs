@@ -106,7 +106,7 @@ impl BoundedBody {
             return None;
         }
         let parsed = js_sys::JSON::parse(&self.text).ok()?;
-        crate::js::from_value(parsed).ok()
+        crate::js::json_value(&parsed)
     }
 }
 
