@@ -15,11 +15,12 @@
 //! [`Inner::open_steps`]), so no mark handed over after it lets a record leave.
 //!
 //! A replayed record's deletion does not start a transaction of its own either: it is
-//! held until the next step is handed over (the next mark of a lane, which commits
-//! ahead anyway), until [`HELD_DELETES`] are waiting, or until the flush waits for its
-//! steps ([`Inner::steps_stored`]); so a flush commits about one transaction per mark
-//! batch instead of one per answer. A crash loses at most those held deletions: their
-//! records are sent again with their keys (r4, 4.7: the safe side).
+//! held until the flush has taken in its answer ([`Inner::release_held`], before any
+//! later record is handed out, so the marks that answer makes due join it and a
+//! storage failure the transaction meets stops the next send), until [`HELD_DELETES`]
+//! are waiting, or until the next step is handed over; so a flush commits one
+//! transaction per answer instead of two. A crash loses at most the held deletions:
+//! their records are sent again with their keys (r4, 4.7: the safe side).
 
 use super::Inner;
 use crate::channel::oneshot;
@@ -127,8 +128,9 @@ impl Inner {
         }
     }
 
-    /// The held deletions go to the commit loop, ahead of whatever is handed over next.
-    fn release_held(self: &Rc<Self>) {
+    /// The held deletions go to the commit loop, ahead of whatever is handed over next
+    /// (in the same transaction when that comes before the loop runs, in this turn).
+    pub(crate) fn release_held(self: &Rc<Self>) {
         let held = std::mem::take(&mut *self.steps.held.borrow_mut());
         if held.is_empty() {
             return;
