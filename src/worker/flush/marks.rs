@@ -16,13 +16,9 @@ use crate::worker::{now_ms, Inner};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-/// A lane's marks ahead are topped up to `HIGH` records after the one handed out when
-/// fewer than `LOW` of those next to it are marked: two keep a lane fed when a commit
-/// takes longer than a round trip, and topping up several at once makes one transaction
-/// (with the deletions held for it, `worker::steps`) per few records instead of one per
-/// record. The bodies they read wait in memory: a few per lane.
-const LOW: usize = 2;
-const HIGH: usize = 4;
+/// How many records after the one handed out a lane marks ahead. Two keep a lane fed
+/// when a commit takes longer than a round trip; the bodies they read wait in memory.
+const AHEAD: usize = 2;
 
 /// The flush's marks: those handed over ahead of their records, and for each record
 /// whose request has not left since its first mark in this flush, how many marks it got
@@ -44,8 +40,7 @@ struct Unsent {
 
 impl Marks {
     /// The mark of a record handed out now: the one made ahead, or one handed over now;
-    /// then the marks of the records that follow it in its lane, ahead, topped up when
-    /// they run low.
+    /// then the marks of the records that follow it in its lane, ahead.
     pub fn for_send(
         &mut self,
         inner: &Rc<Inner>,
@@ -57,21 +52,13 @@ impl Marks {
             Some(at) => self.ahead.swap_remove(at).1,
             None => self.mark(inner, metas, id),
         };
-        let next = replay.next_in_lane(id, HIGH);
-        if next.iter().take(LOW).all(|n| self.is_ahead(*n)) {
-            return mark;
-        }
-        for next in next {
-            if !self.is_ahead(next) {
+        for next in replay.next_in_lane(id, AHEAD) {
+            if !self.ahead.iter().any(|(a, _)| *a == next) {
                 let ahead = self.mark(inner, metas, next);
                 self.ahead.push((next, ahead));
             }
         }
         mark
-    }
-
-    fn is_ahead(&self, id: RecordId) -> bool {
-        self.ahead.iter().any(|(a, _)| *a == id)
     }
 
     /// Hands a record's mark to the group commit (`attempts` + 1, its first send when it
