@@ -862,12 +862,17 @@ impl Store {
                         Some(QueueItem::Record(mut meta)) => {
                             // Marked (`attempts` + 1, `firstSentAt` the first time) in the
                             // transaction that commits before the request goes out.
+                            // Only the two fields it changes are set on the stored object:
+                            // no patch of every field serialised from Rust per send.
                             meta.attempts = meta.attempts.saturating_add(1);
+                            let set = |f: &'static str, v: f64| {
+                                crate::js::with_name(f, |f| Reflect::set(&value, f, &v.into()))
+                            };
+                            set("attempts", f64::from(meta.attempts)).map_err(failed)?;
                             if meta.first_sent_at.is_none() {
                                 meta.first_sent_at = Some(now_ms);
+                                set("firstSentAt", now_ms as f64).map_err(failed)?;
                             }
-                            let patch: Object = to_js(&meta.mutable_fields())?.unchecked_into();
-                            Object::assign(value.unchecked_ref(), &patch);
                             store.put(&value).map_err(failed)?;
                             if body.is_undefined() {
                                 // A record whose body was never moved out (written by hand, say).

@@ -10,7 +10,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 use web_sys::{
     AbortController, AbortSignal, Headers, ReadableStreamDefaultReader, Request, RequestCache,
-    RequestCredentials, RequestInit, Response, ResponseInit,
+    RequestCredentials, RequestInit, Response, ResponseInit, ResponseType,
 };
 
 use super::scope;
@@ -70,14 +70,15 @@ pub async fn send(
         None => AbortController::new()?,
     };
     init.set_signal(Some(&controller.signal()));
-    let request = Request::new_with_str_and_init(url, init)?;
     let on_timeout = controller.clone();
     let timer = gloo_timers::callback::Timeout::new(timeout_ms, move || on_timeout.abort());
     let deadline = Deadline {
         _timer: timer,
         signal: controller.signal(),
     };
-    let answer = JsFuture::from(scope().fetch_with_request(&request)).await?;
+    // `fetch(url, init)`: a `Request` built here first would be built again (and its
+    // body moved) by `fetch` itself, once per replay.
+    let answer = JsFuture::from(scope().fetch_with_str_and_init(url, init)).await?;
     Ok((answer.unchecked_into(), deadline))
 }
 
@@ -124,6 +125,9 @@ pub async fn read_bounded_to(
     deadline: &Deadline,
     limit: usize,
 ) -> BoundedBody {
+    if let Some(read) = read_whole(response, deadline, limit).await {
+        return read;
+    }
     let mut bytes: Vec<u8> = Vec::new();
     let mut too_large = false;
     let Some(stream) = response.body() else {
@@ -177,6 +181,47 @@ pub async fn read_bounded_to(
         complete,
         too_large,
     }
+}
+
+/// A same-origin answer that says it is at most `limit` bytes and not compressed (its
+/// headers are all visible, so a `Content-Length` is what will be read) is read in one
+/// call, raced against its deadline: no reader, no read per chunk (most answers are
+/// small, and this ran once per replayed record). `None`: read it chunk by chunk.
+async fn read_whole(response: &Response, deadline: &Deadline, limit: usize) -> Option<BoundedBody> {
+    if response.type_() != ResponseType::Basic || response.body_used() {
+        return None;
+    }
+    let headers = response.headers();
+    if header(&headers, "Content-Encoding").is_some() {
+        return None;
+    }
+    let length: usize = header(&headers, "Content-Length")?.trim().parse().ok()?;
+    if length > limit {
+        return None;
+    }
+    let whole = response.array_buffer().ok()?;
+    let next = Promise::race(&Array::of2(&whole, &deadline.passed()));
+    let read = JsFuture::from(next).await;
+    let bytes = match read {
+        Ok(buf) if !deadline.signal.aborted() => buf
+            .dyn_into::<js_sys::ArrayBuffer>()
+            .ok()
+            .map(|b| js_sys::Uint8Array::new(&b).to_vec()),
+        _ => None,
+    };
+    Some(match bytes {
+        // A body longer than it said cannot arrive whole; checked all the same.
+        Some(b) if b.len() <= limit => BoundedBody {
+            text: String::from_utf8_lossy(&b).into_owned(),
+            complete: true,
+            too_large: false,
+        },
+        _ => BoundedBody {
+            text: String::new(),
+            complete: false,
+            too_large: false,
+        },
+    })
 }
 
 /// Stops reading an answer the outbox does not need (a 2xx replay): its connection is

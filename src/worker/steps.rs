@@ -13,6 +13,14 @@
 //! has the record sent again with its key, answered from the server's ledger. Once a
 //! transaction fails every later step of the flush fails too (until
 //! [`Inner::open_steps`]), so no mark handed over after it lets a record leave.
+//!
+//! A replayed record's deletion does not start a transaction of its own either: it is
+//! held until the flush has taken in its answer ([`Inner::release_held`], before any
+//! later record is handed out, so the marks that answer makes due join it and a
+//! storage failure the transaction meets stops the next send), until [`HELD_DELETES`]
+//! are waiting, or until the next step is handed over; so a flush commits one
+//! transaction per answer instead of two. A crash loses at most the held deletions:
+//! their records are sent again with their keys (r4, 4.7: the safe side).
 
 use super::Inner;
 use crate::channel::oneshot;
@@ -47,9 +55,15 @@ impl StepAhead {
     }
 }
 
+/// How many replayed records' deletions wait for a step to ride with before they are
+/// stored on their own: bounds what a crash makes the server answer twice.
+const HELD_DELETES: usize = 32;
+
 #[derive(Default)]
 pub struct Steps {
     queue: RefCell<Vec<Item>>,
+    /// Deletions of replayed records not handed to the commit loop yet (see the module).
+    held: RefCell<Vec<Item>>,
     running: Cell<bool>,
     /// A transaction of this flush failed: every later step fails without being tried.
     failed: Cell<bool>,
@@ -72,7 +86,8 @@ impl Inner {
     /// Resolves once every step handed over so far was stored or refused: whether all
     /// of this flush's were stored. The flush waits for it before it reports, instead
     /// of holding each step's answer (one per record: memory that grew with the queue).
-    pub(crate) async fn steps_stored(&self) -> bool {
+    pub(crate) async fn steps_stored(self: &Rc<Self>) -> bool {
+        self.release_held();
         if !self.steps.running.get() {
             return !self.steps.failed.get();
         }
@@ -96,13 +111,46 @@ impl Inner {
         self.submit_step(step, lane, None);
     }
 
-    /// Queues a step now (its place among the flush's steps is fixed here) and starts
-    /// the commit loop unless it runs.
+    /// Hands a replayed record's deletion over without starting a transaction for it:
+    /// it rides with the next step (see the module's comment).
+    pub(crate) fn hand_over_delete(self: &Rc<Self>, step: ReplayStep, lane: Option<Lane>) {
+        let full = {
+            let mut held = self.steps.held.borrow_mut();
+            held.push(Item {
+                step,
+                lane,
+                waiter: None,
+            });
+            held.len() >= HELD_DELETES
+        };
+        if full {
+            self.release_held();
+        }
+    }
+
+    /// The held deletions go to the commit loop, ahead of whatever is handed over next
+    /// (in the same transaction when that comes before the loop runs, in this turn).
+    pub(crate) fn release_held(self: &Rc<Self>) {
+        let held = std::mem::take(&mut *self.steps.held.borrow_mut());
+        if held.is_empty() {
+            return;
+        }
+        self.steps.queue.borrow_mut().extend(held);
+        self.run_steps_soon();
+    }
+
+    /// Queues a step now (its place among the flush's steps is fixed here, after the
+    /// held deletions) and starts the commit loop unless it runs.
     fn submit_step(self: &Rc<Self>, step: ReplayStep, lane: Option<Lane>, waiter: Option<Waiter>) {
-        self.steps
-            .queue
-            .borrow_mut()
-            .push(Item { step, lane, waiter });
+        {
+            let mut queue = self.steps.queue.borrow_mut();
+            queue.append(&mut self.steps.held.borrow_mut());
+            queue.push(Item { step, lane, waiter });
+        }
+        self.run_steps_soon();
+    }
+
+    fn run_steps_soon(self: &Rc<Self>) {
         if !self.steps.running.get() {
             self.steps.running.set(true);
             let me = self.clone();

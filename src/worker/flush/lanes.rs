@@ -113,6 +113,10 @@ pub(super) async fn run(
         let Some(sent) = next(&mut rx).await else {
             break;
         };
+        // Its deletion (held by its lane) is handed to the commit loop now, before any
+        // later record is handed out: the marks this answer makes due ride with it, and
+        // a storage failure it meets stops the next send (`send::send_one`).
+        inner.release_held();
         if sent.left {
             marks.sent(sent.id);
         }

@@ -330,7 +330,9 @@ fn hand_over(
     let attention = settlement.moved_to_attention();
     match settlement {
         Settlement::Unchanged => {}
-        Settlement::Delete => inner.hand_over_step(ReplayStep::Delete(id), inner.record_lane(meta)),
+        Settlement::Delete => {
+            inner.hand_over_delete(ReplayStep::Delete(id), inner.record_lane(meta))
+        }
         Settlement::Update(m) => {
             inner.hand_over_step(ReplayStep::Update(id, m.mutable_fields()), None)
         }
