@@ -19,6 +19,9 @@ use web_sys::{
     Headers, IdbDatabase, IdbFactory, IdbObjectStoreParameters, Request, RequestInit, Response,
 };
 
+mod support;
+use support::command;
+
 wasm_bindgen_test_configure!(run_in_service_worker);
 
 /// The default patterns, as the worker compiles them.
@@ -1055,31 +1058,6 @@ async fn activation_sees_the_writes_the_replaced_version_queued_while_this_one_w
 }
 
 /// Sends a message to the outbox as a page would, and waits for its answer on a port.
-async fn command(o: &sw_outbox::worker::Outbox, data: &JsValue) -> Value {
-    let channel = web_sys::MessageChannel::new().expect("channel");
-    let (tx, rx) = futures_channel::oneshot::channel::<JsValue>();
-    let tx = std::cell::RefCell::new(Some(tx));
-    let on_answer =
-        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
-            if let Some(tx) = tx.borrow_mut().take() {
-                let _ = tx.send(e.data());
-            }
-        });
-    channel
-        .port2()
-        .set_onmessage(Some(on_answer.as_ref().unchecked_ref()));
-    let init = web_sys::ExtendableMessageEventInit::new();
-    init.set_data(data);
-    init.set_ports(&js_sys::Array::of1(&channel.port1()));
-    let event =
-        web_sys::ExtendableMessageEvent::new_with_event_init_dict("message", &init).expect("event");
-    JsFuture::from(o.handle_message(event))
-        .await
-        .expect("handled");
-    let answer = rx.await.expect("answered");
-    drop(on_answer);
-    serde_wasm_bindgen::from_value(answer).expect("json")
-}
 
 #[wasm_bindgen_test]
 async fn a_shared_reference_message_is_read_field_by_field_and_answered() {

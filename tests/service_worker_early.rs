@@ -18,9 +18,10 @@ use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::*;
 use web_sys::{Headers, Request, RequestInit, Response, ServiceWorkerGlobalScope};
 
-wasm_bindgen_test_configure!(run_in_service_worker);
+mod support;
+use support::part_of_sw_js;
 
-const SW_JS: &str = include_str!("../www/sw.js");
+wasm_bindgen_test_configure!(run_in_service_worker);
 
 fn unique(name: &str) -> String {
     format!("{name}-{}", js_sys::Math::random().to_bits())
@@ -33,17 +34,6 @@ fn js(v: &Value) -> JsValue {
 
 fn get(o: &JsValue, name: &str) -> JsValue {
     js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
-}
-
-/// The text of sw.js between its `// ---- <name>: begin` and `// ---- <name>: end` lines.
-fn part_of_sw_js(name: &str) -> &'static str {
-    let begin = SW_JS
-        .find(&format!("// ---- {name}: begin"))
-        .unwrap_or_else(|| panic!("sw.js marks where its {name} part begins"));
-    let end = SW_JS
-        .find(&format!("// ---- {name}: end"))
-        .unwrap_or_else(|| panic!("sw.js marks where its {name} part ends"));
-    &SW_JS[begin..end]
 }
 
 /// sw.js's early part, evaluated on its own: `{ openEarly, readEarly }`.
@@ -110,29 +100,7 @@ async fn queue_one(o: &sw_outbox::worker::Outbox, path: &str) -> u16 {
 }
 
 async fn command(o: &sw_outbox::worker::Outbox, data: Value) -> Value {
-    let channel = web_sys::MessageChannel::new().expect("channel");
-    let (tx, rx) = futures_channel::oneshot::channel::<JsValue>();
-    let tx = std::cell::RefCell::new(Some(tx));
-    let on_answer =
-        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |e: web_sys::MessageEvent| {
-            if let Some(tx) = tx.borrow_mut().take() {
-                let _ = tx.send(e.data());
-            }
-        });
-    channel
-        .port2()
-        .set_onmessage(Some(on_answer.as_ref().unchecked_ref()));
-    let init = web_sys::ExtendableMessageEventInit::new();
-    init.set_data(&js(&data));
-    init.set_ports(&js_sys::Array::of1(&channel.port1()));
-    let event =
-        web_sys::ExtendableMessageEvent::new_with_event_init_dict("message", &init).expect("event");
-    JsFuture::from(o.handle_message(event))
-        .await
-        .expect("handled");
-    let answer = rx.await.expect("answered");
-    drop(on_answer);
-    serde_wasm_bindgen::from_value(answer).expect("json")
+    support::command(o, &js(&data)).await
 }
 
 async fn listed(o: &sw_outbox::worker::Outbox) -> Value {

@@ -24,9 +24,11 @@ use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::*;
 use web_sys::{Cache, Headers, Request, Response, ResponseInit, ServiceWorkerGlobalScope};
 
+mod support;
+use support::part_of_sw_js;
+
 wasm_bindgen_test_configure!(run_in_service_worker);
 
-const SW_JS: &str = include_str!("../www/sw.js");
 const SHELL: &str = "<!doctype html><title>shell</title><p>the cached shell";
 
 fn scope() -> ServiceWorkerGlobalScope {
@@ -48,17 +50,6 @@ fn js(v: &Value) -> JsValue {
 
 fn get(o: &JsValue, name: &str) -> JsValue {
     js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
-}
-
-/// The text of sw.js between its `// ---- <name>: begin` and `// ---- <name>: end` lines.
-fn part_of_sw_js(name: &str) -> &'static str {
-    let begin = SW_JS
-        .find(&format!("// ---- {name}: begin"))
-        .unwrap_or_else(|| panic!("sw.js marks where its {name} part begins"));
-    let end = SW_JS
-        .find(&format!("// ---- {name}: end"))
-        .unwrap_or_else(|| panic!("sw.js marks where its {name} part ends"));
-    &SW_JS[begin..end]
 }
 
 /// The route part of sw.js, evaluated on its own with the generated block it reads
