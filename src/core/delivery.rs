@@ -33,6 +33,23 @@ pub enum StopReason {
 }
 
 impl StopReason {
+    /// Every stop reason, to read one back by its name ([`StopReason::from_name`]).
+    pub const ALL: [StopReason; 8] = [
+        StopReason::Offline,
+        StopReason::SignedOut,
+        StopReason::IdentityCheck,
+        StopReason::Unauthorized,
+        StopReason::RateLimited,
+        StopReason::AccountMismatch,
+        StopReason::Budget,
+        StopReason::Storage,
+    ];
+
+    /// The stop reason named `name` ([`StopReason::as_str`]'s words), if any.
+    pub fn from_name(name: &str) -> Option<StopReason> {
+        Self::ALL.into_iter().find(|r| r.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::Offline => "offline",
@@ -198,16 +215,7 @@ mod tests {
 
     #[test]
     fn names_are_the_contracts() {
-        let all = [
-            StopReason::Offline,
-            StopReason::SignedOut,
-            StopReason::IdentityCheck,
-            StopReason::Unauthorized,
-            StopReason::RateLimited,
-            StopReason::AccountMismatch,
-            StopReason::Budget,
-            StopReason::Storage,
-        ];
+        let all = StopReason::ALL;
         let names: Vec<&str> = all.iter().map(|s| s.as_str()).collect();
         assert_eq!(
             names,
@@ -227,7 +235,9 @@ mod tests {
                 serde_json::to_value(s).expect("serialises"),
                 serde_json::Value::String(s.as_str().into())
             );
+            assert_eq!(StopReason::from_name(s.as_str()), Some(s));
         }
+        assert_eq!(StopReason::from_name("Offline"), None);
     }
 
     #[test]

@@ -13,18 +13,6 @@ use crate::core::delivery::{Delivery, StopReason};
 use js_sys::Reflect;
 use wasm_bindgen::JsValue;
 
-/// Every stop reason, to read one back by its name.
-const STOP_REASONS: [StopReason; 8] = [
-    StopReason::Offline,
-    StopReason::SignedOut,
-    StopReason::IdentityCheck,
-    StopReason::Unauthorized,
-    StopReason::RateLimited,
-    StopReason::AccountMismatch,
-    StopReason::Budget,
-    StopReason::Storage,
-];
-
 /// A stored backoff; `None` when a field has a value of the wrong type.
 pub fn backoff(v: &JsValue) -> Option<Backoff> {
     let mut b = Backoff::default();
@@ -45,7 +33,7 @@ pub fn delivery(v: &JsValue) -> Option<Delivery> {
     let mut d = Delivery::default();
     if let Some(f) = present(v, "stoppedBy").filter(|f| !nullish(f)) {
         let name = f.as_string()?;
-        d.stopped_by = Some(*STOP_REASONS.iter().find(|r| r.as_str() == name)?);
+        d.stopped_by = Some(StopReason::from_name(&name)?);
     }
     if let Some(f) = present(v, "retryAt").filter(|f| !nullish(f)) {
         d.retry_at = Some(integer(&f)?);
