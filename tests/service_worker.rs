@@ -20,7 +20,7 @@ use web_sys::{
 };
 
 mod support;
-use support::command;
+use support::{command, get, js, unique};
 
 wasm_bindgen_test_configure!(run_in_service_worker);
 
@@ -42,10 +42,6 @@ impl Patterns for Defaults {
     fn never_queue(&self, _: &str) -> bool {
         false
     }
-}
-
-fn unique(name: &str) -> String {
-    format!("{name}-{}", js_sys::Math::random().to_bits())
 }
 
 fn key() -> IdempotencyKey {
@@ -112,12 +108,6 @@ fn records(items: Vec<QueueItem>) -> Vec<sw_outbox::core::record::RecordMeta> {
             QueueItem::Corrupt(id, why) => panic!("record {id} unexpectedly corrupt: {why}"),
         })
         .collect()
-}
-
-/// A JSON value as the page (or `sw.js`) would pass it.
-fn js(v: &Value) -> JsValue {
-    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .expect("js")
 }
 
 /// The reason `start` refuses a configuration.
@@ -326,8 +316,6 @@ async fn make_v1(name: &str, values: &[Value]) {
         .unchecked_into();
     db.close();
 }
-
-use serde::Serialize;
 
 #[wasm_bindgen_test]
 async fn a_version_1_database_is_upgraded_in_place_keeping_every_record() {
@@ -1761,8 +1749,4 @@ async fn writes_queued_together_share_one_sync_registration() {
         calls < n,
         "{calls} registrations for {n} writes queued together: they were not shared"
     );
-}
-
-fn get(o: &JsValue, name: &str) -> JsValue {
-    js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
 }

@@ -10,7 +10,6 @@
 //! creates it with its schema; a connection to another database is not used.
 #![cfg(target_arch = "wasm32")]
 
-use serde::Serialize;
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -19,22 +18,9 @@ use wasm_bindgen_test::*;
 use web_sys::{Headers, Request, RequestInit, Response, ServiceWorkerGlobalScope};
 
 mod support;
-use support::part_of_sw_js;
+use support::{get, js, part_of_sw_js, unique};
 
 wasm_bindgen_test_configure!(run_in_service_worker);
-
-fn unique(name: &str) -> String {
-    format!("{name}-{}", js_sys::Math::random().to_bits())
-}
-
-fn js(v: &Value) -> JsValue {
-    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .expect("js")
-}
-
-fn get(o: &JsValue, name: &str) -> JsValue {
-    js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
-}
 
 /// sw.js's early part, evaluated on its own: `{ openEarly, readEarly }`.
 fn early_part() -> JsValue {

@@ -13,7 +13,6 @@
 //! and a write's while the module cannot start (503, never claimed queued).
 #![cfg(target_arch = "wasm32")]
 
-use serde::Serialize;
 use serde_json::{json, Value};
 use sw_outbox::core::config::Config;
 use sw_outbox::core::first_attempt::SyntheticAnswer;
@@ -25,7 +24,7 @@ use wasm_bindgen_test::*;
 use web_sys::{Cache, Headers, Request, Response, ResponseInit, ServiceWorkerGlobalScope};
 
 mod support;
-use support::part_of_sw_js;
+use support::{get, js, part_of_sw_js, unique};
 
 wasm_bindgen_test_configure!(run_in_service_worker);
 
@@ -37,19 +36,6 @@ fn scope() -> ServiceWorkerGlobalScope {
 
 fn origin() -> String {
     scope().location().origin()
-}
-
-fn unique(name: &str) -> String {
-    format!("{name}-{}", js_sys::Math::random().to_bits())
-}
-
-fn js(v: &Value) -> JsValue {
-    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .expect("js")
-}
-
-fn get(o: &JsValue, name: &str) -> JsValue {
-    js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
 }
 
 /// The route part of sw.js, evaluated on its own with the generated block it reads

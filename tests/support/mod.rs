@@ -1,11 +1,28 @@
 //! What several service-worker test files share (each `tests/*.rs` is its own crate, so
-//! they declare `mod support;`): the parts of `www/sw.js` evaluated on their own, and a
-//! page's command sent to an outbox with a reply port. Not every file uses every item.
+//! they declare `mod support;`): the parts of `www/sw.js` evaluated on their own, a
+//! page's command sent to an outbox with a reply port, and small value helpers. Not every file uses every item.
 #![allow(dead_code)]
 
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
+
+/// A name no other test uses (databases, caches).
+pub fn unique(name: &str) -> String {
+    format!("{name}-{}", js_sys::Math::random().to_bits())
+}
+
+/// A JSON value as the page would post it.
+pub fn js(v: &serde_json::Value) -> JsValue {
+    use serde::Serialize;
+    v.serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .expect("js")
+}
+
+/// A property of a JavaScript object (`undefined` when it cannot be read).
+pub fn get(o: &JsValue, name: &str) -> JsValue {
+    js_sys::Reflect::get(o, &name.into()).unwrap_or(JsValue::UNDEFINED)
+}
 
 pub const SW_JS: &str = include_str!("../../www/sw.js");
 
