@@ -9,7 +9,8 @@ import { test } from 'node:test';
 import { lacks } from './engines.mjs';
 import { signInThroughUi } from './harness.mjs';
 import {
-  eventually, forEachEngine, freshStart, listQueue, queuedWrite, withDiagnostics,
+  apiCall, eventually, flush, forEachEngine, freshStart, lastSeq, listQueue, queuedWrite, withDiagnostics,
+  writesIn,
 } from './outbox-helpers.mjs';
 
 /** A write from the page without the page's own expected-account header. */
@@ -114,6 +115,42 @@ forEachEngine((engine, harness) => {
       assert.equal(flushed.ok, true, JSON.stringify(flushed));
       const applied = await h.applied();
       assert.deepEqual(applied.map((a) => [a.user, a.key]), [['alice', r.body.idempotencyKey]]);
+    }));
+
+  // Issue 36: a worker started by an online write lets that write go out before its start
+  // flush does anything. The write still sees the records of its lane left in the queue
+  // (the view read at the start) and queues behind them, unsent; a write of another
+  // workspace goes through; the lane then applies in issue order.
+  test('the online write that starts a stopped worker still queues behind the queued records of its lane', { skip: lacks(engine, 'stopWorkers') },
+    withDiagnostics(harness, async () => {
+      const h = harness();
+      const page = await freshStart(h);
+      await signInThroughUi(page, 'alice');
+      await page.waitForFunction(() => window.demo.sessionSynced === true);
+      await h.setNetwork(false);
+      const a = await queuedWrite(page, '/api/projects/p1/tasks', { title: 'A: queued, then the worker stopped' });
+      // Any replay of p1 answers 503 with a short Retry-After, so A stays queued whenever
+      // the start flush runs and the test decides when the lane moves.
+      await h.control('faults', { rules: [{ path: '/api/projects/p1/tasks', method: 'POST', kind: 'status', status: 503, retryAfter: '1' }] });
+      await h.setNetwork(true);
+      const starts = await h.workerStarts();
+      await h.stopWorkers();
+      const since = await lastSeq(h);
+      const b = await apiCall(page, 'POST', '/api/projects/p1/tasks', { title: 'B: online, starts the worker' });
+      await eventually(async () => await h.workerStarts() > starts, { what: 'the write to start the stopped worker again' });
+      assert.equal(b.status, 202, `B is queued behind A, not sent: ${JSON.stringify(b)}`);
+      assert.equal(b.body.queued, true, JSON.stringify(b));
+      const c = await apiCall(page, 'POST', '/api/projects/p2/tasks', { title: 'C: another workspace' });
+      assert.equal(c.status, 201, `C has nothing ahead of it: ${JSON.stringify(c)}`);
+      const sentB = writesIn(await h.requests(), since).filter((r) => r.key === b.body.idempotencyKey);
+      assert.deepEqual(sentB, [], 'B was not sent while A was queued');
+      await h.control('faults', { rules: [] });
+      await eventually(async () => {
+        const r = await flush(page);
+        return r.ok && (await listQueue(page)).length === 0;
+      }, { timeout: 20000, interval: 500, what: 'the queue to drain once the fault is gone' });
+      const applied = (await h.applied()).map((x) => x.key).filter((k) => k === a.key || k === b.body.idempotencyKey);
+      assert.deepEqual(applied, [a.key, b.body.idempotencyKey], 'A then B, once each');
     }));
 
   test('FLUSH_QUEUEs during a flush run exactly one more flush, not one each', withDiagnostics(harness, async () => {
