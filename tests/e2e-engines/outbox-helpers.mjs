@@ -250,10 +250,11 @@ export async function pristine(h) {
   if (!lacks(h.engine, 'stopWorkers')) await h.stopWorkers();
   let state = await deleteOutboxDatabase(page);
   if (state.deleted === 'blocked' && lacks(h.engine, 'restartOnProfile')) {
-    // Seen in WebKit about once in 25 runs of a file, after a test whose worker was
-    // still storing a flush's last steps: WebKit stopped it with the registration and
-    // left its transaction unfinished, and the connection never closes (docs/TESTING.md,
-    // the engines table: the same as an update's stopped worker). A new WebKit session
+    // Seen in WebKit about once in 25 runs of a file, each time right after a test
+    // that ends as its worker stores a flush's last steps; most likely WebKit stopped
+    // that worker with its registration and left a transaction unfinished, so the
+    // connection never closes (docs/TESTING.md, the engines table: as an update's
+    // stopped worker). A new WebKit session
     // has no website data at all, which is the pristine origin this asks for.
     console.log(`# pristine: the deletion of 'sw-outbox' stayed blocked ${BLOCKED_MS} ms in ${h.engine}: browser started again`);
     await h.restartBrowser();
