@@ -1751,6 +1751,38 @@ async fn writes_queued_together_share_one_sync_registration() {
     );
 }
 
+/// A database created by a start's open is claimed in its creating transaction (issue 36,
+/// the cold start: one commit instead of two); one that exists is not, and its claim
+/// stays the start's own (`Store::claim`).
+#[wasm_bindgen_test]
+async fn a_database_created_by_an_open_is_claimed_in_the_same_transaction() {
+    let (a, b) = ("https://app.test/a/", "https://app.test/b/");
+    let name = unique("claimed-at-creation");
+    let (store, claimed) = Store::open_claiming(&name, Rc::new(Defaults), Some(a))
+        .await
+        .expect("opens");
+    assert!(claimed, "created here, so claimed here");
+    assert!(!store.claim(b).await.expect("reads"), "a's claim is stored");
+    assert!(store.claim(a).await.expect("reads"), "and a's own");
+    store.close();
+    let (again, claimed) = Store::open_claiming(&name, Rc::new(Defaults), Some(b))
+        .await
+        .expect("opens");
+    assert!(!claimed, "it existed: not claimed by the open");
+    assert!(!again.claim(b).await.expect("reads"), "still a's");
+    again.close();
+    let unclaimed = unique("created-unclaimed");
+    let (store, claimed) = Store::open_claiming(&unclaimed, Rc::new(Defaults), None)
+        .await
+        .expect("opens");
+    assert!(!claimed, "nothing to claim for");
+    assert!(
+        store.claim(b).await.expect("writes"),
+        "free for the first claim"
+    );
+    store.close();
+}
+
 // ---- the start flush after the write that started the worker (issue 36) -------------
 
 /// A readwrite transaction over the queue's store in database `name`, from a connection

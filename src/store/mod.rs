@@ -26,7 +26,7 @@ use crate::core::route::Patterns;
 use idb::{done, failed, request, IdbError, RequestFuture};
 use js_sys::{Object, Reflect, Uint8Array};
 use serde::Serialize;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
@@ -439,19 +439,47 @@ async fn finish<T>(
     }
 }
 
+/// The row that claims the default database for the registration of scope `scope`
+/// (contract 3, r3).
+fn claim_row(scope: &str) -> Result<JsValue, IdbError> {
+    let claim = Object::new();
+    Reflect::set(&claim, &"key".into(), &SCOPE_KEY.into()).map_err(failed)?;
+    Reflect::set(&claim, &"scope".into(), &scope.into()).map_err(failed)?;
+    Ok(claim.into())
+}
+
 impl Store {
     /// Opens (creating or upgrading) the database. Older databases keep every record:
     /// the upgrade rewrites each one in the version-change transaction.
     pub async fn open(name: &str, patterns: Rc<dyn Patterns>) -> Result<Store, IdbError> {
+        Ok(Self::open_claiming(name, patterns, None).await?.0)
+    }
+
+    /// [`Store::open`], and a database created by this open claimed for scope `claim` in
+    /// its creating transaction (`upgrade::run`): `true` when it was, so the start has no
+    /// claim of its own to commit.
+    pub async fn open_claiming(
+        name: &str,
+        patterns: Rc<dyn Patterns>,
+        claim: Option<&str>,
+    ) -> Result<(Store, bool), IdbError> {
         let open: IdbOpenDbRequest = factory()?.open_with_u32(name, VERSION).map_err(failed)?;
         let migration: upgrade::MigrationSlot = Rc::new(RefCell::new(None));
+        let claimed = Rc::new(Cell::new(false));
         let (req, pats, mig) = (open.clone(), patterns.clone(), migration.clone());
+        let (claim, claimed_in) = (claim.map(str::to_owned), claimed.clone());
         let on_upgrade: Closure<dyn FnMut(IdbVersionChangeEvent)> =
             Closure::new(move |e: IdbVersionChangeEvent| {
-                if let Err(err) = upgrade::run(&req, e.old_version() as u32, &pats, &mig) {
-                    web_sys::console::error_1(&format!("sw-outbox: upgrade failed: {err}").into());
-                    if let Some(tx) = req.transaction() {
-                        let _ = tx.abort();
+                let old = e.old_version() as u32;
+                match upgrade::run(&req, old, &pats, &mig, claim.as_deref()) {
+                    Ok(c) => claimed_in.set(c),
+                    Err(err) => {
+                        web_sys::console::error_1(
+                            &format!("sw-outbox: upgrade failed: {err}").into(),
+                        );
+                        if let Some(tx) = req.transaction() {
+                            let _ = tx.abort();
+                        }
                     }
                 }
             });
@@ -461,7 +489,7 @@ impl Store {
         drop(on_upgrade);
         migration.borrow_mut().take();
         let db: IdbDatabase = db?.dyn_into().map_err(|_| IdbError::Unavailable)?;
-        Ok(Self::adopt(db, patterns))
+        Ok((Self::adopt(db, patterns), claimed.get()))
     }
 
     /// A store over a connection opened elsewhere at [`VERSION`] (`sw.js` opens the
@@ -494,10 +522,7 @@ impl Store {
                 let mine = crate::core::config::owns_default_db(owner.as_deref(), me);
                 return Ok(TxEnd::Abort(mine));
             }
-            let claim = Object::new();
-            Reflect::set(&claim, &"key".into(), &SCOPE_KEY.into()).map_err(failed)?;
-            Reflect::set(&claim, &"scope".into(), &me.into()).map_err(failed)?;
-            request(store.put(&claim).map_err(failed)?).await?;
+            request(store.put(&claim_row(me)?).map_err(failed)?).await?;
             Ok(TxEnd::Commit(true))
         }
         .await;

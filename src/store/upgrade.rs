@@ -176,13 +176,17 @@ fn migrate_value(
     }
 }
 
-/// The version-change step.
+/// The version-change step. A database created here (`old_version` 0) is claimed for
+/// scope `claim` in the same transaction, when one is given: nobody can have claimed a
+/// database that did not exist, and a first install then commits one transaction
+/// instead of two (issue 36, the cold start). `Ok(true)`: created and claimed.
 pub fn run(
     req: &IdbOpenDbRequest,
     old_version: u32,
     patterns: &Rc<dyn Patterns>,
     migration: &MigrationSlot,
-) -> Result<(), String> {
+    claim: Option<&str>,
+) -> Result<bool, String> {
     let db: IdbDatabase = req
         .result()
         .map_err(|e| describe(&e))?
@@ -199,7 +203,13 @@ pub fn run(
     set(&gen, "clears", &0.into());
     session.put(&gen).map_err(|e| describe(&e))?;
     if old_version == 0 {
-        return Ok(());
+        let Some(scope) = claim else {
+            return Ok(false);
+        };
+        session
+            .put(&super::claim_row(scope).map_err(|e| e.to_string())?)
+            .map_err(|e| describe(&e))?;
+        return Ok(true);
     }
     let mutations = tx.object_store(MUTATIONS).map_err(|e| describe(&e))?;
     if !mutations.index_names().contains("timestamp") {
@@ -221,5 +231,5 @@ pub fn run(
     });
     cursor_req.set_onsuccess(Some(step.as_ref().unchecked_ref()));
     *migration.borrow_mut() = Some(step);
-    Ok(())
+    Ok(false)
 }

@@ -158,7 +158,11 @@ async fn open_database(
     let me = scope().registration().scope();
     let store = match adopted {
         Some(store) => store,
-        None => Store::open(DEFAULT_DB_NAME, patterns.clone()).await?,
+        None => match Store::open_claiming(DEFAULT_DB_NAME, patterns.clone(), Some(&me)).await? {
+            // Created by this start, and claimed in the same transaction.
+            (store, true) => return Ok((store, DEFAULT_DB_NAME.to_owned(), None)),
+            (store, false) => store,
+        },
     };
     // Claimed by this scope already (every start but the first): the rows sw.js read
     // are this database's, and nothing is left to read or write before the first event.
@@ -177,9 +181,11 @@ async fn open_database(
         .map(|u| u.pathname())
         .unwrap_or(me.clone());
     let name = scoped_db_name(&path);
-    let store = Store::open(&name, patterns).await?;
     // Its own scope's name: claimed for the record, whoever else might use it.
-    let _ = store.claim(&me).await;
+    let (store, claimed) = Store::open_claiming(&name, patterns, Some(&me)).await?;
+    if !claimed {
+        let _ = store.claim(&me).await;
+    }
     Ok((store, name, None))
 }
 

@@ -100,7 +100,19 @@ export async function startHarness({
   };
 
   return {
-    engine, browser, baseUrl, control, openDemo, close,
+    engine, baseUrl, control, openDemo, close,
+    /** The browser now (`restartBrowser` replaces it). */
+    get browser() { return browser; },
+    /**
+     * Ends the browser and starts a new one. Only where a new browser starts with no
+     * website data (WebKit's automation keeps it in an ephemeral data manager): there it
+     * is a pristine origin, whatever the last one held.
+     */
+    async restartBrowser() {
+      await browser?.close().catch(() => {});
+      browser = await launchEngine(engine);
+      return browser;
+    },
     serverOutput: server.output,
     stopWorkers: verb('stopWorkers'),
     workerStarts: verb('workerStarts'),

@@ -207,6 +207,28 @@ export async function sentWithKey(h, key) {
 /** The demo's URL under a worker configured by `config` (its `?swconfig=`). */
 export const swPath = (config) => `/?swconfig=${encodeURIComponent(JSON.stringify(config))}`;
 
+/** How long pristine waits for the database's deletion while a connection holds it. */
+const BLOCKED_MS = 20000;
+
+/** Deletes the 'sw-outbox' database from `page`: {deleted: 'deleted' | 'blocked' | 'error …',
+ * controller, registrations}; 'blocked' once it waited BLOCKED_MS for the last connection. */
+function deleteOutboxDatabase(page) {
+  return page.evaluate(async (ms) => {
+    const deleted = await new Promise((res) => {
+      const d = indexedDB.deleteDatabase('sw-outbox');
+      d.onsuccess = () => res('deleted');
+      d.onerror = () => res(`error ${d.error}`);
+      d.onblocked = () => { /* waits for the last connection to close, then succeeds */ };
+      setTimeout(() => res('blocked'), ms);
+    });
+    return {
+      deleted,
+      controller: Boolean(navigator.serviceWorker.controller),
+      registrations: (await navigator.serviceWorker.getRegistrations()).length,
+    };
+  }, BLOCKED_MS);
+}
+
 /**
  * Leaves the origin with no worker registration, no caches and no 'sw-outbox' database,
  * and the first tab on an uncontrolled page of the origin (/icon.svg: no worker code),
@@ -216,7 +238,7 @@ export async function pristine(h) {
   await h.reset();
   const [first, ...others] = await h.browser.openPages();
   for (const p of others) await p.close();
-  const page = first ?? await h.browser.newPage();
+  let page = first ?? await h.browser.newPage();
   await page.goto(`${h.baseUrl}/icon.svg`);
   await page.evaluate(async () => {
     for (const r of await navigator.serviceWorker.getRegistrations()) await r.unregister();
@@ -226,19 +248,20 @@ export async function pristine(h) {
   // An old worker may still hold the database open: stopped where the engine can; where
   // it cannot (WebKit), the worker closes its connection on the deletion's versionchange.
   if (!lacks(h.engine, 'stopWorkers')) await h.stopWorkers();
-  const state = await page.evaluate(async () => {
-    const deleted = await new Promise((res) => {
-      const d = indexedDB.deleteDatabase('sw-outbox');
-      d.onsuccess = () => res('deleted');
-      d.onerror = () => res(`error ${d.error}`);
-      d.onblocked = () => { /* waits for the last connection to close, then succeeds */ };
-    });
-    return {
-      deleted,
-      controller: Boolean(navigator.serviceWorker.controller),
-      registrations: (await navigator.serviceWorker.getRegistrations()).length,
-    };
-  });
+  let state = await deleteOutboxDatabase(page);
+  if (state.deleted === 'blocked' && lacks(h.engine, 'restartOnProfile')) {
+    // Seen in WebKit about once in 25 runs of a file, each time right after a test
+    // that ends as its worker stores a flush's last steps; most likely WebKit stopped
+    // that worker with its registration and left a transaction unfinished, so the
+    // connection never closes (docs/TESTING.md, the engines table: as an update's
+    // stopped worker). A new WebKit session
+    // has no website data at all, which is the pristine origin this asks for.
+    console.log(`# pristine: the deletion of 'sw-outbox' stayed blocked ${BLOCKED_MS} ms in ${h.engine}: browser started again`);
+    await h.restartBrowser();
+    page = h.browser.pages()[0] ?? await h.browser.newPage();
+    await page.goto(`${h.baseUrl}/icon.svg`);
+    state = await deleteOutboxDatabase(page);
+  }
   assert.deepEqual(state, { deleted: 'deleted', controller: false, registrations: 0 }, 'a pristine origin');
   return page;
 }

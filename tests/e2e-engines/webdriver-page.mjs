@@ -161,7 +161,15 @@ export class WebDriverPage {
    * value. A throw or rejection in the page rejects here with the page's stack.
    */
   async evaluate(fn, arg) {
-    const r = await this.run((d) => d.executeAsyncScript(runner(String(fn)), arg === undefined ? null : arg));
+    let r;
+    try {
+      r = await this.run((d) => d.executeAsyncScript(runner(String(fn)), arg === undefined ? null : arg));
+    } catch (err) {
+      // A script that never finished: its source names the step that hung (the stack
+      // stops in selenium's HTTP client).
+      if (err?.name === 'ScriptTimeoutError') err.message += `\nthe page script: ${String(fn).replace(/\s+/g, ' ').slice(0, 300)}`;
+      throw err;
+    }
     if (!r || typeof r !== 'object' || !('ok' in r)) throw new Error(`page script answered ${JSON.stringify(r)}`);
     if (!r.ok) throw new Error(`in the page: ${r.error}`);
     return r.value;
