@@ -1838,9 +1838,9 @@ fn write_with_open_body(path: &str) -> Option<(Request, JsValue)> {
 }
 
 /// The start flush that `sw.js` asks for after the module started waits for the writes
-/// that arrived before it to be sent (`worker::unsent`): while such a write is still
+/// that arrived before it to be answered (`worker::unsent`): while such a write is still
 /// before its send (here: its body is not complete), the flush has not even counted the
-/// queue; once the write went out, it runs and ends.
+/// queue; once the write was answered, it runs and ends.
 #[wasm_bindgen_test]
 async fn the_start_flush_waits_until_the_writes_that_arrived_first_are_sent() {
     let Some((request, close)) = write_with_open_body("/api/projects/p1/tasks") else {

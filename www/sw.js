@@ -488,8 +488,8 @@ function startFlush(o) {
 
 /** The start flush, asked for once the events that waited for the module were handed to
  * it (their handlers run as this start's promise settles, before any timer): a write
- * that started the worker is counted before the flush is asked for, and the flush lets
- * it go out first (`worker::unsent`, issue 36). */
+ * that started the worker is counted before the flush is asked for, and the flush waits
+ * for its answer (`worker::unsent`, issue 36). */
 function startFlushSoon(o) {
   if (!startupSoon) startupSoon = new Promise((resolve) => { setTimeout(() => resolve(startFlush(o)), 0); });
   return startupSoon;

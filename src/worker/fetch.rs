@@ -166,7 +166,10 @@ async fn write(
         Ok(decided) => decided,
         Err(refused) => return refused,
     };
-    let attempted = attempt(inner, &request, body, &decided, never_queue, arrived).await?;
+    // Held until this write is answered (`worker::unsent`), unless it waits behind an
+    // earlier write of its lane.
+    let mut arrived = arrived;
+    let attempted = attempt(inner, &request, body, &decided, never_queue, &mut arrived).await?;
     let (body, first_sent_at) = match attempted {
         Attempted::Answer(answer) => return answer,
         Attempted::Queue {
@@ -289,9 +292,8 @@ async fn attempt(
     body: JsFuture,
     decided: &Decided,
     never_queue: bool,
-    arrived: Option<Arrived>,
+    arrived: &mut Option<Arrived>,
 ) -> Result<Attempted, JsValue> {
-    let mut arrived = arrived;
     let attempt = &decided.attempt;
     let buffer = body.await?;
     let body = Uint8Array::new(&buffer);
@@ -330,11 +332,6 @@ async fn attempt(
         });
     }
     let first_sent_at = Some(now_ms());
-    // Its request leaves in this same turn (`send` calls `fetch` before it awaits):
-    // the start flush may go on after it.
-    if let Some(a) = arrived {
-        a.sent();
-    }
     if let Some(answer) = send_first(inner, request, &init, attempt, never_queue).await {
         return Ok(Attempted::Answer(answer));
     }

@@ -105,7 +105,7 @@ pub(crate) struct Inner {
     lanes: lanes::Lanes,
     /// First attempts a page may still abort (`attempts`).
     attempts: attempts::Attempts,
-    /// Writes not on the wire yet, which the start flush waits for (`unsent`).
+    /// Writes not answered yet, which the start flush waits for (`unsent`).
     unsent: unsent::Unsent,
     /// The live worker's own retries where there is no Background Sync (`retry`).
     retry: retry::RetryTimer,
@@ -343,8 +343,8 @@ impl Outbox {
             let hold = inner.config.attempt_timeout_ms + crate::core::barrier::FENCE_WAIT_MS;
             inner.session_changing(hold)
         });
-        // A write holds the start flush back until it is sent (`unsent`), counted from
-        // now: before sw.js asks for that flush.
+        // A write holds the start flush back until it is answered (`unsent`), counted
+        // from now: before sw.js asks for that flush.
         let arrived =
             matches!(kind, Some(RequestKind::Write { .. })).then(|| inner.write_arrived());
         future_to_promise(async move {
@@ -439,7 +439,7 @@ impl Outbox {
     }
 
     /// Once per worker start: flush when the queue is not empty, once the writes that
-    /// arrived before it are on the wire (`unsent`: `sw.js` asks for it after the events
+    /// arrived before it are answered (`unsent`: `sw.js` asks for it after the events
     /// that waited for the module were handed over). The promise (which
     /// `sw.js` keeps the first event after a start waiting for) settles after a retry the
     /// flush scheduled when that is near.
@@ -447,7 +447,7 @@ impl Outbox {
         let inner = self.inner.clone();
         future_to_promise(async move {
             // The writes that started the worker go first (`unsent`).
-            inner.writes_sent().await;
+            inner.writes_answered().await;
             if inner.store.count().await.unwrap_or(0) > 0 {
                 let outcome = flush::request(&inner, Trigger::Start).await;
                 kept_alive(&outcome).await;

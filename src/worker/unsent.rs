@@ -1,10 +1,10 @@
-//! Writes that arrived and are not on the wire yet (issue 36): the start flush waits for
-//! them ([`Inner::writes_sent`]), so a worker started by a write spends its thread on
-//! that write first — its count, identity check and marks come after the write's request
-//! left, not between the module's start and the write's send. A write stops counting once
-//! its request is handed to the network, once it waits for an earlier write of its lane
-//! (that can take `attemptTimeoutMs`), or once it ends in any other way (queued, refused,
-//! aborted).
+//! Writes that arrived and are not answered yet (issue 36): the start flush waits for
+//! them ([`Inner::writes_answered`]), so a worker started by a write spends its thread and
+//! its database on that write first — the flush's count, identity check, marks and stored
+//! stops come after the write's answer (its 201, or its 202 once stored), not between the
+//! module's start and the answer. A write stops counting once it is answered or ends in
+//! any other way, or once it waits for an earlier write of its lane (that can take
+//! `attemptTimeoutMs`, and that write holds the flush itself).
 
 use super::Inner;
 use crate::channel::oneshot;
@@ -18,15 +18,9 @@ pub struct Unsent {
     waiters: RefCell<Vec<oneshot::Sender<()>>>,
 }
 
-/// One write counted as not sent yet; dropping it (or [`Arrived::sent`]) stops counting it.
+/// One write counted as not answered yet; dropping it stops counting it.
 pub struct Arrived {
     inner: Rc<Inner>,
-}
-
-impl Arrived {
-    /// Its request is on the wire, or it waits for something that is not this worker's
-    /// thread: it no longer holds the start flush back.
-    pub fn sent(self) {}
 }
 
 impl Drop for Arrived {
@@ -43,7 +37,7 @@ impl Drop for Arrived {
 }
 
 impl Inner {
-    /// A write arrived: counted until it is sent (or ends).
+    /// A write arrived: counted until it is answered (or ends).
     pub(crate) fn write_arrived(self: &Rc<Self>) -> Arrived {
         self.unsent.count.set(self.unsent.count.get() + 1);
         Arrived {
@@ -51,8 +45,9 @@ impl Inner {
         }
     }
 
-    /// Resolves once no write that arrived before now is still before its send.
-    pub(crate) async fn writes_sent(&self) {
+    /// Resolves once no write that arrived before now is still unanswered (writes waiting
+    /// behind an earlier write of their lane aside).
+    pub(crate) async fn writes_answered(&self) {
         if self.unsent.count.get() == 0 {
             return;
         }
