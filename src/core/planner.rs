@@ -596,10 +596,64 @@ impl Replay {
     }
 }
 
+/// How many records after one handed out its lane may mark ahead (contract 4.7, r4): up
+/// to [`MARKS_AHEAD`], so that a lane stays fed while the group commit takes longer than
+/// a few round trips (the worker's thread at 0 ms latency).
+pub const MARKS_AHEAD: usize = 6;
+
+/// The records ahead a lane marks whatever their bodies' size.
+pub const MARKS_AHEAD_MIN: usize = 2;
+
+/// Beyond [`MARKS_AHEAD_MIN`], a lane marks ahead only while the bodies it holds ahead
+/// (read with their marks, waiting in memory) add up to at most this many bytes.
+pub const MARKS_AHEAD_BYTES: usize = 1024 * 1024;
+
+/// How many of the records that follow in a lane (their bodies' lengths, in lane order,
+/// at most [`MARKS_AHEAD`] read) are marked ahead: the first [`MARKS_AHEAD_MIN`], then
+/// each while the bodies held ahead stay within [`MARKS_AHEAD_BYTES`]. A crash leaves a
+/// mark ahead in place, and its record is then taken for possibly sent (the safe side),
+/// so the count stays small.
+pub fn marks_ahead(body_lens: impl IntoIterator<Item = usize>) -> usize {
+    let mut bytes = 0usize;
+    let mut n = 0;
+    for len in body_lens.into_iter().take(MARKS_AHEAD) {
+        bytes = bytes.saturating_add(len);
+        if n >= MARKS_AHEAD_MIN && bytes > MARKS_AHEAD_BYTES {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 #[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_lane_marks_up_to_six_ahead_while_their_bodies_stay_within_a_mebibyte() {
+        assert_eq!(marks_ahead([]), 0);
+        assert_eq!(marks_ahead([10]), 1, "no more than follow");
+        assert_eq!(marks_ahead([1024; 10]), MARKS_AHEAD, "small bodies: six");
+        let big = MARKS_AHEAD_BYTES;
+        assert_eq!(
+            marks_ahead([big, big, big]),
+            MARKS_AHEAD_MIN,
+            "two whatever their size"
+        );
+        assert_eq!(
+            marks_ahead([10, 10, big, 10]),
+            2,
+            "the third would pass the bytes"
+        );
+        assert_eq!(
+            marks_ahead([big / 2, big / 4, big / 4, 1]),
+            3,
+            "exactly the bytes, then one over"
+        );
+        assert_eq!(marks_ahead([usize::MAX, usize::MAX, 1]), 2, "no overflow");
+    }
 
     fn rec(id: u64, owner: Option<&str>, ws: Option<&str>) -> PlanItem {
         PlanItem {

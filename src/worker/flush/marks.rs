@@ -8,17 +8,13 @@
 //! when the flush ends, with its last steps; after a crash it stays, and the record is
 //! treated as possibly sent (the safe side).
 
-use crate::core::planner::Replay;
+use crate::core::planner::{marks_ahead, Replay, MARKS_AHEAD};
 use crate::core::record::{RecordId, RecordMeta};
 use crate::store::ReplayStep;
 use crate::worker::steps::StepAhead;
 use crate::worker::{now_ms, Inner};
 use std::collections::HashMap;
 use std::rc::Rc;
-
-/// How many records after the one handed out a lane marks ahead. Two keep a lane fed
-/// when a commit takes longer than a round trip; the bodies they read wait in memory.
-const AHEAD: usize = 2;
 
 /// The flush's marks: those handed over ahead of their records, and for each record
 /// whose request has not left since its first mark in this flush, how many marks it got
@@ -52,7 +48,15 @@ impl Marks {
             Some(at) => self.ahead.swap_remove(at).1,
             None => self.mark(inner, metas, id),
         };
-        for next in replay.next_in_lane(id, AHEAD) {
+        // How many follow it marked (`core::planner::marks_ahead`: their bodies wait in
+        // memory once read).
+        let following = replay.next_in_lane(id, MARKS_AHEAD);
+        let n = marks_ahead(
+            following
+                .iter()
+                .map(|r| metas.get(r).map_or(0, |m| m.body_len)),
+        );
+        for next in following.into_iter().take(n) {
             if !self.ahead.iter().any(|(a, _)| *a == next) {
                 let ahead = self.mark(inner, metas, next);
                 self.ahead.push((next, ahead));
