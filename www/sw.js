@@ -398,7 +398,6 @@ let loading = null; // its promise
  * (default true), or a page's `SKIP_WAITING` (a prompt-to-update flow) once it came. */
 let skipRequested = (CONFIG.skipWaiting ?? CONFIG_DEFAULTS.skipWaiting) !== false;
 let startup = null; // the flush run once per worker start, once this worker is active
-let startupSoon = null; // its promise while it waits for the events that started the worker
 let startupKept = false; // whether an event already waits for it
 
 /** Resolves with the module's loading once something asked for it (see startWhenIdle). */
@@ -427,7 +426,7 @@ function outbox() {
       }
       mark('started');
       loaded = o;
-      if (isActive()) startFlushSoon(o);
+      if (isActive()) startFlush(o);
       return o;
     })();
     loading.catch((e) => {
@@ -480,19 +479,10 @@ function startFlush(o) {
   if (!startup) {
     startup = Promise.all([
       o.handle_start().catch((e) => console.error('sw-outbox: start flush', e)),
-      restoreShell(() => o.config().attemptTimeoutMs),
+      restoreShell(o.config().attemptTimeoutMs),
     ]);
   }
   return startup;
-}
-
-/** The start flush, asked for once the events that waited for the module were handed to
- * it (their handlers run as this start's promise settles, before any timer): a write
- * that started the worker is counted before the flush is asked for, and the flush waits
- * for its answer (`worker::unsent`, issue 36). */
-function startFlushSoon(o) {
-  if (!startupSoon) startupSoon = new Promise((resolve) => { setTimeout(() => resolve(startFlush(o)), 0); });
-  return startupSoon;
 }
 
 /** A request for a file to precache: from the server, never from the HTTP cache. A
@@ -512,21 +502,19 @@ const fresh = (url) => new Request(url, { cache: 'no-store' });
 const firstCopy = (url) => new Request(url, { cache: 'default' });
 
 /** Adds back precached files missing from this build's cache, fetched outside the
- * origin's caches lock, each within the outbox's `attemptTimeoutMs` (`limit()`, asked
- * only when an entry is missing: the configuration is converted once there is a use): that
+ * origin's caches lock, each within the outbox's `attemptTimeoutMs` (`limitMs`): that
  * lock is every registration's activation cleanup, so it is never held across a fetch
  * (issue 34, 8e). Under it, the copies go only into a cache that still exists: its
  * successor's activation may have deleted it (opening would create it again, and it
  * would outlive this build), so the check and the puts cannot interleave with that
  * deletion. Missing entries are found without opening the cache. */
-async function restoreShell(limit) {
+async function restoreShell(limitMs) {
   try {
     const missing = [];
     for (const url of CONFIG.precache) {
       if (!(await caches.match(url, { cacheName: CACHE }))) missing.push(url);
     }
     if (!missing.length) return;
-    const limitMs = limit();
     const copies = (await Promise.all(missing.map((url) => freshCopy(url, limitMs)))).filter(Boolean);
     if (!copies.length) return;
     const add = async () => {
@@ -592,7 +580,7 @@ function nudgeWaiting() {
 function keepAlive(event) {
   if (startupKept) return;
   startupKept = true;
-  event.waitUntil(askedFor.then((l) => l).then(() => startup || startupSoon).catch(() => {}));
+  event.waitUntil(askedFor.then((l) => l).then(() => startup).catch(() => {}));
 }
 
 /** The default `authRoutePattern`'s names and the segments they may follow, as

@@ -4,7 +4,6 @@ use super::attempts::Attempt;
 use super::batcher::Stored;
 use super::http::{fetch_request, header, json_response, send};
 use super::lanes::Turn;
-use super::unsent::Arrived;
 use super::{clients, now_ms, scope, Inner};
 use crate::core::first_attempt::{
     capture_owner, check_queueable, choose_key, NotQueued, SyntheticAnswer,
@@ -42,32 +41,34 @@ pub fn locate_url(url: &str) -> Option<(bool, String)> {
     ))
 }
 
-/// What a request is to the outbox (contract 1), decided synchronously; `None` when its
-/// URL cannot be read (it goes to the network as it is).
-pub fn kind_of(inner: &Inner, request: &Request) -> Option<RequestKind> {
-    let (same_origin, path) = locate(request)?;
-    Some(classify(
+/// Whether a request is to an auth route (contract 1), decided synchronously.
+pub fn is_auth_route(inner: &Inner, request: &Request) -> bool {
+    locate(request).is_some_and(|(same_origin, path)| {
+        classify(
+            &request.method(),
+            same_origin,
+            &path,
+            &inner.config,
+            &*inner.patterns,
+        ) == RequestKind::AuthRoute
+    })
+}
+
+pub async fn handle(
+    inner: &Rc<Inner>,
+    request: Request,
+    event: Option<&ExtendableEvent>,
+) -> Result<Response, JsValue> {
+    let Some((same_origin, path)) = locate(&request) else {
+        return fetch_request(&request).await;
+    };
+    match classify(
         &request.method(),
         same_origin,
         &path,
         &inner.config,
         &*inner.patterns,
-    ))
-}
-
-/// Answers a request of the kind [`kind_of`] found; `arrived`: a write's place among the
-/// writes not sent yet (`worker::unsent`).
-pub async fn handle(
-    inner: &Rc<Inner>,
-    request: Request,
-    kind: Option<RequestKind>,
-    arrived: Option<Arrived>,
-    event: Option<&ExtendableEvent>,
-) -> Result<Response, JsValue> {
-    let Some(kind) = kind else {
-        return fetch_request(&request).await;
-    };
-    match kind {
+    ) {
         RequestKind::Passthrough => fetch_request(&request).await,
         RequestKind::ApiRead => network_or_offline(inner, &request).await,
         RequestKind::AuthRoute => {
@@ -83,15 +84,7 @@ pub async fn handle(
             record_path,
             workspace,
             never_queue,
-        } => {
-            let w = Write {
-                record_path,
-                workspace,
-                never_queue,
-                arrived,
-            };
-            write(inner, request, w, event).await
-        }
+        } => write(inner, request, record_path, workspace, never_queue, event).await,
     }
 }
 
@@ -150,27 +143,16 @@ fn aborted() -> Result<Response, JsValue> {
 async fn write(
     inner: &Rc<Inner>,
     request: Request,
-    w: Write,
+    record_path: String,
+    workspace: Option<String>,
+    never_queue: bool,
     event: Option<&ExtendableEvent>,
 ) -> Result<Response, JsValue> {
-    let Write {
-        record_path,
-        workspace,
-        never_queue,
-        arrived,
-    } = w;
-    // The exact bytes, read while the write is decided (the browser reads them off this
-    // thread): kept for the queue, and sent as the body of the first attempt.
-    let body = JsFuture::from(request.array_buffer()?);
     let decided = match decide(inner, &request, workspace.as_deref()).await? {
         Ok(decided) => decided,
         Err(refused) => return refused,
     };
-    // Held until this write is answered (`worker::unsent`), unless it waits behind an
-    // earlier write of its lane.
-    let mut arrived = arrived;
-    let attempted = attempt(inner, &request, body, &decided, never_queue, &mut arrived).await?;
-    let (body, first_sent_at) = match attempted {
+    let (body, first_sent_at) = match attempt(inner, &request, &decided, never_queue).await? {
         Attempted::Answer(answer) => return answer,
         Attempted::Queue {
             body,
@@ -195,14 +177,6 @@ async fn write(
         Ok((queued, key)) => answer(inner, queued, &key, event).await,
         Err(refused) => refused,
     }
-}
-
-/// A write as [`kind_of`] found it, with its place among the writes not sent yet.
-struct Write {
-    record_path: String,
-    workspace: Option<String>,
-    never_queue: bool,
-    arrived: Option<Arrived>,
 }
 
 /// What a write was decided to be before anything is sent: its owner, its key, the
@@ -289,22 +263,16 @@ enum Attempted {
 async fn attempt(
     inner: &Rc<Inner>,
     request: &Request,
-    body: JsFuture,
     decided: &Decided,
     never_queue: bool,
-    arrived: &mut Option<Arrived>,
 ) -> Result<Attempted, JsValue> {
     let attempt = &decided.attempt;
-    let buffer = body.await?;
+    // The exact bytes: kept for the queue, and sent as the body of the first attempt.
+    let buffer = JsFuture::from(request.array_buffer()?).await?;
     let body = Uint8Array::new(&buffer);
     let body = (body.length() > 0).then_some(body);
     let init = first_request(request, &decided.headers, body.as_ref());
     if let Some(t) = &decided.turn {
-        if t.ahead() {
-            // An earlier write of its lane is still deciding: that can take
-            // `attemptTimeoutMs`, which the start flush does not wait for.
-            drop(arrived.take());
-        }
         if t.wait().await {
             // The earlier writes took their time: look at the database again.
             inner.fresh().await;

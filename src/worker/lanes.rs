@@ -23,17 +23,6 @@ pub struct Turn {
 }
 
 impl Turn {
-    /// Whether an earlier write of a lane this one follows is still deciding.
-    pub fn ahead(&self) -> bool {
-        !self
-            .inner
-            .lanes
-            .deciding
-            .borrow()
-            .ahead_of(self.ticket)
-            .is_empty()
-    }
-
     /// Waits until every earlier write of a lane this one follows has been answered or
     /// handed to the store; `true` when there was one to wait for.
     pub async fn wait(&self) -> bool {

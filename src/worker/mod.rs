@@ -25,11 +25,10 @@ mod patterns;
 mod retry;
 mod shell;
 mod steps;
-mod unsent;
 mod view;
 
 use crate::core::config::Config;
-use crate::core::route::{owner, Owner, RequestKind};
+use crate::core::route::{owner, Owner};
 use crate::core::shell::ShellRequest;
 use crate::store::Store;
 use chain::FifoLock;
@@ -105,8 +104,6 @@ pub(crate) struct Inner {
     lanes: lanes::Lanes,
     /// First attempts a page may still abort (`attempts`).
     attempts: attempts::Attempts,
-    /// Writes not answered yet, which the start flush waits for (`unsent`).
-    unsent: unsent::Unsent,
     /// The live worker's own retries where there is no Background Sync (`retry`).
     retry: retry::RetryTimer,
     /// The known-offline fast path (`offline`).
@@ -242,7 +239,6 @@ pub async fn start(config: JsValue, early: JsValue) -> Result<Outbox, JsValue> {
         flush: RefCell::new(FlushState::default()),
         lanes: lanes::Lanes::default(),
         attempts: attempts::Attempts::default(),
-        unsent: unsent::Unsent::default(),
         retry: retry::RetryTimer::new(retry_flush),
         offline: offline::Offline::default(),
         barrier: barrier::Barrier::default(),
@@ -333,25 +329,19 @@ impl Outbox {
         event: Option<web_sys::ExtendableEvent>,
     ) -> js_sys::Promise {
         let inner = self.inner.clone();
-        // Decided once, synchronously (the URL parsed and the patterns run once).
-        let kind = fetch::kind_of(&inner, &request);
         // An auth-route request (a sign-in, a sign-out, a token refresh; any method or
         // mode) stops replays from this moment, synchronously, before anything awaits,
         // until it is answered and the account is named again (r3, 4.5 end) — in every
         // outbox worker of the origin (r4): it is sent once they let go of their replays.
-        let changing = matches!(kind, Some(RequestKind::AuthRoute)).then(|| {
+        let changing = fetch::is_auth_route(&inner, &request).then(|| {
             let hold = inner.config.attempt_timeout_ms + crate::core::barrier::FENCE_WAIT_MS;
             inner.session_changing(hold)
         });
-        // A write holds the start flush back until it is answered (`unsent`), counted
-        // from now: before sw.js asks for that flush.
-        let arrived =
-            matches!(kind, Some(RequestKind::Write { .. })).then(|| inner.write_arrived());
         future_to_promise(async move {
             if let Some(c) = &changing {
                 c.fenced().await;
             }
-            let answer = fetch::handle(&inner, request, kind, arrived, event.as_ref()).await;
+            let answer = fetch::handle(&inner, request, event.as_ref()).await;
             drop(changing);
             answer.map(Into::into)
         })
@@ -438,16 +428,12 @@ impl Outbox {
         })
     }
 
-    /// Once per worker start: flush when the queue is not empty, once the writes that
-    /// arrived before it are answered (`unsent`: `sw.js` asks for it after the events
-    /// that waited for the module were handed over). The promise (which
+    /// Once per worker start: flush when the queue is not empty. The promise (which
     /// `sw.js` keeps the first event after a start waiting for) settles after a retry the
     /// flush scheduled when that is near.
     pub fn handle_start(&self) -> js_sys::Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
-            // The writes that started the worker go first (`unsent`).
-            inner.writes_answered().await;
             if inner.store.count().await.unwrap_or(0) > 0 {
                 let outcome = flush::request(&inner, Trigger::Start).await;
                 kept_alive(&outcome).await;
