@@ -7,9 +7,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { lacks } from './engines.mjs';
-import { signInThroughUi } from './harness.mjs';
 import {
-  apiCall, eventually, flush, forEachEngine, freshStart, lastSeq, listQueue, queuedWrite, withDiagnostics,
+  apiCall, eventually, flush, forEachEngine, freshStart, lastSeq, listQueue, queuedWrite, signIn, withDiagnostics,
   writesIn,
 } from './outbox-helpers.mjs';
 
@@ -30,8 +29,7 @@ forEachEngine((engine, harness) => {
     withDiagnostics(harness, async () => {
       const h = harness();
       const page = await freshStart(h);
-      await signInThroughUi(page, 'alice');
-      await page.waitForFunction(() => window.demo.sessionSynced === true);
+      await signIn(page, 'alice');
       const starts = await h.workerStarts();
       await h.stopWorkers();
       await h.setNetwork(false);
@@ -55,8 +53,7 @@ forEachEngine((engine, harness) => {
     withDiagnostics(harness, async () => {
       const h = harness();
       const page = await freshStart(h);
-      await signInThroughUi(page, 'alice');
-      await page.waitForFunction(() => window.demo.sessionSynced === true);
+      await signIn(page, 'alice');
       await h.setNetwork(false);
       const q = await queuedWrite(page, '/api/projects/p2/tasks', { title: 'queued, then the worker stopped' });
       const starts = await h.workerStarts();
@@ -85,8 +82,7 @@ forEachEngine((engine, harness) => {
     withDiagnostics(harness, async () => {
       const h = harness();
       let page = await freshStart(h);
-      await signInThroughUi(page, 'alice');
-      await page.waitForFunction(() => window.demo.sessionSynced === true);
+      await signIn(page, 'alice');
       const context = h.browser.context;
       const starts = await h.workerStarts();
       await h.stopWorkers();
@@ -117,16 +113,15 @@ forEachEngine((engine, harness) => {
       assert.deepEqual(applied.map((a) => [a.user, a.key]), [['alice', r.body.idempotencyKey]]);
     }));
 
-  // Issue 36: a worker started by an online write lets that write go out before its start
-  // flush does anything. The write still sees the records of its lane left in the queue
-  // (the view read at the start) and queues behind them, unsent; a write of another
-  // workspace goes through; the lane then applies in issue order.
+  // Issue 36: a worker started by an online write decides it on the view read at its
+  // start. The write sees the records of its lane left in the queue and queues behind
+  // them, unsent; a write of another workspace goes through; the lane then applies in
+  // issue order.
   test('the online write that starts a stopped worker still queues behind the queued records of its lane', { skip: lacks(engine, 'stopWorkers') },
     withDiagnostics(harness, async () => {
       const h = harness();
       const page = await freshStart(h);
-      await signInThroughUi(page, 'alice');
-      await page.waitForFunction(() => window.demo.sessionSynced === true);
+      await signIn(page, 'alice');
       await h.setNetwork(false);
       const a = await queuedWrite(page, '/api/projects/p1/tasks', { title: 'A: queued, then the worker stopped' });
       // Any replay of p1 answers 503 with a short Retry-After, so A stays queued whenever
@@ -156,8 +151,7 @@ forEachEngine((engine, harness) => {
   test('FLUSH_QUEUEs during a flush run exactly one more flush, not one each', withDiagnostics(harness, async () => {
     const h = harness();
     const page = await freshStart(h);
-    await signInThroughUi(page, 'alice');
-    await page.waitForFunction(() => window.demo.sessionSynced === true);
+    await signIn(page, 'alice');
     await h.setNetwork(false);
     const n = 40;
     for (let i = 0; i < n; i += 1) {
