@@ -92,16 +92,23 @@ build_worker() {
   # --converge repeats -Oz while it still shrinks the module; --low-memory-unused lets it
   # fold address offsets: rustc puts the stack at the bottom of memory, so the low 1 KB
   # is touched only by a stack about to overflow (1.8 KB gzip less, both).
-  wasm-opt -Oz --converge --low-memory-unused --enable-bulk-memory --enable-nontrapping-float-to-int \
-    --enable-reference-types --enable-sign-ext --enable-mutable-globals --strip-debug --strip-producers \
+  local features=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-reference-types
+    --enable-sign-ext --enable-mutable-globals)
+  wasm-opt -Oz --converge --low-memory-unused "${features[@]}" --strip-debug --strip-producers \
     "$wasm" -o "$wasm.opt"
   mv "$wasm.opt" "$wasm"
+  # Short names for the glue's ~235 imports, their module and the exports (each
+  # `__wbg_<name>_<16 hex>` was spelt once in each file: 6.4 KB gzip): binaryen renames
+  # them in the module and prints its map, which apply-name-map.mjs applies to the glue.
+  wasm-opt "${features[@]}" --minify-imports-and-exports-and-modules "$wasm" -o "$wasm.opt" \
+    > www/pkg/names.json
+  mv "$wasm.opt" "$wasm"
+  node scripts/apply-name-map.mjs www/pkg/sw_outbox.js www/pkg/names.json "$wasm"
+  rm www/pkg/names.json
   # The glue is generated code: shipped minified (esbuild from npm; top-level names, such
   # as the `wasm_bindgen` global sw.js calls, are kept), 10.4 -> 7.7 KB gzip.
   esbuild www/pkg/sw_outbox.js --minify --log-level=warning --outfile=www/pkg/sw_outbox.min.js
   mv www/pkg/sw_outbox.min.js www/pkg/sw_outbox.js
-  # The glue's imports and exports get short names in both files (6.4 KB gzip less).
-  node scripts/short-imports.mjs www/pkg
   # A module worker imports the glue (worker.js): there its top-level `let` is not
   # global, so the glue names itself on `self` (sw.js calls it by that name).
   printf '\nself.wasm_bindgen = wasm_bindgen;\n' >> www/pkg/sw_outbox.js

@@ -149,6 +149,13 @@ export function summaryMarkdown(r) {
       row('', 'product, `staticRoutes: true`', started('productStatic'));
       row('', 'product, `staticRoutes: true`: navigations the browser routed to the network', (s) => { const x = s.pageLoad.productStatic?.cold; return x ? `${x.routedToNetwork ?? '–'} of ${x.runs.length}` : '–'; });
     }
+    if (S.some((s) => s.pageLoad.none?.cold?.steps)) {
+      // Where a stopped-worker load's time before its first byte goes (Navigation Timing).
+      const step = (p, k) => (s) => s.pageLoad[p]?.cold?.steps?.[k] ?? '–';
+      const steps = [['workerStart', 'workerStart'], ['workerRouterEvaluationStart', 'router evaluated'], ['fetchStart', 'fetchStart'], ['requestStart', 'requestStart']];
+      Object.entries(who).forEach(([p, n], i) => row(i ? '' : '7 worker stopped: the navigation\'s steps, ms (workerStart / router evaluated / fetchStart / requestStart)', n,
+        (s) => steps.map(([k]) => fmt(step(p, k)(s))).join(' / ')));
+    }
   }
   row('CPU check: a fixed loop in a service worker (ms), start / end', '', (s) => `${fmt(s.cpuCheck.workerLoopMsStart)} / ${fmt(s.cpuCheck.workerLoopMsEnd)}`);
   row('CPU check: the same loop on a page (ms), start / end', '', (s) => `${fmt(s.cpuCheck.pageLoopMsStart)} / ${fmt(s.cpuCheck.pageLoopMsEnd)}`);

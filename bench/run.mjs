@@ -13,6 +13,8 @@
 //            --only=cold,seq,conc,offline,raw,replay,first,firstonline,pageload
 //            --out=bench/out/results.json
 //            --loads=8  page loads per subject and round in the page-load row
+//            --browser-arg=--disable-features=X  one more Chromium switch (e.g. to see what
+//                                    a browser feature costs in a row; the run says so)
 //            --report=a.json,b.json  print the tables and draw the SVG from earlier runs
 //            --fault=duplicate|drop  self-test: the server applies some writes twice / not at
 //                                    all, so the checks must report the subjects broken
@@ -70,6 +72,7 @@ const opt = {
   scaleSubjects: String(argv['scale-subjects'] ?? (SMOKE ? 'product' : 'product,workbox')).split(','),
   loads: Number(argv.loads ?? (SMOKE ? 2 : 8)), // page loads per subject and round (row 7)
   out: resolve(argv.out ?? join(OUT, SMOKE ? 'smoke.json' : 'results.json')),
+  browserArgs: argv['browser-arg'] ? [String(argv['browser-arg'])] : [],
 };
 for (const p of opt.phases) if (![...PHASES, 'scale'].includes(p)) throw new Error(`--only: unknown phase ${p}`);
 const problems = [];
@@ -188,7 +191,7 @@ async function runSetting(setting, env) {
   }
   const profile = mkdtempSync(join(tmpdir(), 'sw-outbox-bench-'));
   const launch = (dir) => chromium.launchPersistentContext(dir, {
-    executablePath: slow ? slow.wrapper : CHROMIUM, headless: true, args: CHROMIUM_ARGS,
+    executablePath: slow ? slow.wrapper : CHROMIUM, headless: true, args: [...CHROMIUM_ARGS, ...opt.browserArgs],
   });
   const context = await launch(profile);
   env.browser ??= context.browser()?.version() ?? spawnSync(CHROMIUM, ['--version'], { encoding: 'utf8' }).stdout.trim();
@@ -652,6 +655,10 @@ async function runSetting(setting, env) {
           ttfbMs: med(r.cold, 'ttfb'), loadMs: med(r.cold, 'load'), runs: r.cold,
           workerStarted: r.cold.filter((x) => x.started).length,
           routedToNetwork: r.cold.filter((x) => x.source === 'network').length,
+          steps: Object.fromEntries(Object.keys(r.cold[0]?.steps ?? {}).map((k) => {
+            const xs = r.cold.map((x) => x.steps[k]).filter((v) => v != null);
+            return [k, xs.length ? r2(median(xs)) : null];
+          })),
         },
         warm: { ttfbMs: med(r.warm, 'ttfb'), loadMs: med(r.warm, 'load'), runs: r.warm },
       }]));
@@ -663,7 +670,12 @@ async function runSetting(setting, env) {
       await site.page.goto(`${site.origin}/load.html`, { waitUntil: 'load' });
       const t = await site.page.evaluate(() => {
         const e = performance.getEntriesByType('navigation')[0];
+        // Where the time before the first byte went (0 where the step did not happen):
+        // the worker's start, the static router's evaluation, the network's request.
+        const steps = {};
+        for (const k of ['workerStart', 'workerRouterEvaluationStart', 'fetchStart', 'connectStart', 'requestStart']) steps[k] = e[k] ?? null;
         return {
+          steps,
           ttfb: e.responseStart, load: e.loadEventStart, files: window.__loaded ?? 0,
           controlled: navigator.serviceWorker.controller !== null,
           // the static route the browser matched, where it reports one (Chromium)
@@ -672,7 +684,8 @@ async function runSetting(setting, env) {
       });
       if (t.controlled !== (site.subject !== 'none')) problems.push(`${label}: page load of ${name}: controlled=${t.controlled}`);
       if (t.files !== LOAD_FILES / 3) problems.push(`${label}: page load of ${name}: ${t.files} of ${LOAD_FILES / 3} scripts ran`);
-      return { ttfb: r2(t.ttfb), load: r2(t.load), source: t.source };
+      const steps = Object.fromEntries(Object.entries(t.steps).map(([k, v]) => [k, v == null ? null : r2(v)]));
+      return { ttfb: r2(t.ttfb), load: r2(t.load), source: t.source, steps };
     }
 
     // ---- 6. scale: replay cost per record at `scale` vs `n`, and the worker's memory
@@ -768,7 +781,7 @@ async function main() {
   }
   results.machine = {
     cpus: cpus().length, cpuModel: cpus()[0]?.model, memGB: r2(totalmem() / 2 ** 30), node: process.version,
-    browser: env.browser, date: new Date().toISOString(), wallSeconds: r2((Date.now() - started) / 1000),
+    browser: env.browser, browserArgs: opt.browserArgs, date: new Date().toISOString(), wallSeconds: r2((Date.now() - started) / 1000),
   };
   results.problems = problems;
   writeOutputs(results, { svgCopy: !SMOKE && !argv['no-svg-copy'] });
