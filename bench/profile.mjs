@@ -8,7 +8,7 @@
 // kind (wasm, JS of the worker, browser natives, GC, …) and the functions with the most
 // self time.
 //
-//   node bench/profile.mjs [--phase=enqueue|replay] [--subject=product|workbox|plain]
+//   node bench/profile.mjs [--phase=enqueue|replay] [--subject=product|workbox|plain|floor]
 //        [--n=500] [--inflight=16] [--workspaces=10] [--cpu=1] [--latency=0] [--www=DIR]
 //        [--config=JSON] [--top=20] [--json=FILE]
 //
@@ -49,11 +49,13 @@ const roots = {
   product: [www, join(BENCH, 'pages')],
   workbox: [join(out, 'workbox'), join(BENCH, 'pages')],
   plain: [join(BENCH, 'raw'), join(BENCH, 'pages')],
+  floor: [join(BENCH, 'raw'), join(BENCH, 'pages')],
 };
 const SW = {
   product: `/sw.js?config=${encodeURIComponent(arg('config', JSON.stringify({ precache: [], replayConcurrency: 10 })))}`,
   workbox: '/workbox-sw.js',
   plain: '/plain-outbox-sw.js',
+  floor: '/floor-sw.js',
 };
 if (!['enqueue', 'replay'].includes(PHASE)) throw new Error('--phase: enqueue or replay');
 if (!roots[SUBJECT]) throw new Error(`--subject: one of ${Object.keys(roots).join(', ')}`);
