@@ -151,10 +151,9 @@ export function summaryMarkdown(r) {
     }
     if (S.some((s) => s.pageLoad.none?.cold?.steps)) {
       // Where a stopped-worker load's time before its first byte goes (Navigation Timing).
-      const step = (p, k) => (s) => s.pageLoad[p]?.cold?.steps?.[k] ?? '–';
-      const steps = [['workerStart', 'workerStart'], ['workerRouterEvaluationStart', 'router evaluated'], ['fetchStart', 'fetchStart'], ['requestStart', 'requestStart']];
+      const steps = ['workerStart', 'workerRouterEvaluationStart', 'fetchStart', 'requestStart'];
       Object.entries(who).forEach(([p, n], i) => row(i ? '' : '7 worker stopped: the navigation\'s steps, ms (workerStart / router evaluated / fetchStart / requestStart)', n,
-        (s) => steps.map(([k]) => fmt(step(p, k)(s))).join(' / ')));
+        (s) => steps.map((k) => fmt(s.pageLoad[p]?.cold?.steps?.[k])).join(' / ')));
     }
   }
   row('CPU check: a fixed loop in a service worker (ms), start / end', '', (s) => `${fmt(s.cpuCheck.workerLoopMsStart)} / ${fmt(s.cpuCheck.workerLoopMsEnd)}`);
