@@ -34,8 +34,9 @@ for (const [, name, short] of map.imports) {
 }
 // Their module: the map names the old one; the minified module's imports (read by the
 // engine, not by hand) name the new one.
+const minified = new WebAssembly.Module(readFileSync(wasmFile));
 const before = new Set(map.imports.map(([module]) => module));
-const after = new Set(WebAssembly.Module.imports(new WebAssembly.Module(readFileSync(wasmFile))).map((i) => i.module));
+const after = new Set(WebAssembly.Module.imports(minified).map((i) => i.module));
 if (before.size !== 1 || after.size !== 1) {
   throw new Error(`expected one import module, found ${[...before]} renamed to ${[...after]}`);
 }
@@ -50,5 +51,10 @@ for (const [name, short] of map.exports) {
   glue = glue.replace(read, `wasm.${short}`);
   exportsRead += 1;
 }
+// And the other way round: every `wasm.<name>` the glue now reads is an export of the
+// minified module (a read the map missed would be `undefined` in a user's browser).
+const exported = new Set(WebAssembly.Module.exports(minified).map((e) => e.name));
+const missing = [...new Set([...glue.matchAll(/(?<![\w$])wasm\.([\w$]+)/g)].map((m) => m[1]))].filter((n) => !exported.has(n));
+if (missing.length) throw new Error(`the glue reads exports the module does not have: ${missing.join(', ')}`);
 writeFileSync(glueFile, glue);
 console.log(`apply-name-map: ${map.imports.length} imports (module ${to}) and ${exportsRead} exports the glue reads renamed`);
