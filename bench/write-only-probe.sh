@@ -9,7 +9,8 @@
 # return at once and answers every command but AUTH_SESSION `ok` without running it, so
 # the linker drops the replay, recovery and listing code. Writes, the session, the sign-in
 # barrier and the database work as in the product: `--only=firstonline` runs unchanged.
-# Never shipped: a worker built this way does not replay.
+# Never shipped: a worker built this way does not replay. It builds the committed HEAD,
+# and compares against the product's build in www/pkg (bash build.sh build).
 #
 #   bash bench/write-only-probe.sh
 #   node bench/run.mjs --only=firstonline --reps=8 --www=bench/out/www-write-only --no-scale
@@ -25,7 +26,8 @@ git apply "$root/bench/write-only-probe.patch"
 # directory first. Newer than the lock file, so it does not.
 cp -a "$root/node_modules" node_modules
 touch node_modules/.package-lock.json
-# The product's own target directory: only the crate itself is compiled again.
+# A target directory of its own under target/ (the probe's features change the crate's
+# build), kept between runs: the first run compiles everything, later ones the crate.
 CARGO_TARGET_DIR="$root/target/write-only-probe" PROBE_FEATURES=probe-write-only-strict \
   bash build.sh build >"$tmp/build.log" 2>&1 || { tail -40 "$tmp/build.log"; exit 1; }
 rm -rf "$root/bench/out/www-write-only"
